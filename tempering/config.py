@@ -1,0 +1,357 @@
+"""The config tree: frozen dataclasses loaded from TOML with `--section.key=value` overrides.
+
+Every section is a frozen dataclass; each component is handed only its own section. Loading
+checks names, types and value ranges and raises `ConfigError` naming the source (file or command
+line), the key and what was expected. This module knows nothing about the components themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message names source, key and expectation."""
+
+
+def _require(ok: bool, key: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = "run"
+    dir: str = "runs"  # run directory is <dir>/<name>
+    seed: int = 0
+    steps: int = 20  # RL optimizer steps
+    checkpoint_every: int = 10  # steps; 0 = only at the end
+    stall_timeout_s: float = 300.0  # any wait longer than this is a stall that names its component
+    threads: int = 0  # torch threads per process; 0 = leave torch's default
+
+    def __post_init__(self) -> None:
+        _require(self.steps >= 0, "run.steps", "an integer >= 0", self.steps)
+        _require(self.checkpoint_every >= 0, "run.checkpoint_every", "an integer >= 0", self.checkpoint_every)
+        _require(self.stall_timeout_s > 0, "run.stall_timeout_s", "a number > 0", self.stall_timeout_s)
+        _require(self.threads >= 0, "run.threads", "an integer >= 0", self.threads)
+        _require(bool(self.name) and "/" not in self.name, "run.name", "a non-empty name without '/'", self.name)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Either `path` (a local HF folder with config.json and safetensors) or an architecture to
+    build with random init. Architecture fields use HF's names so they read the same."""
+
+    path: str = ""
+    hidden_size: int = 128
+    intermediate_size: int = 352
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 512
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False  # True gives Qwen2's q/k/v biases
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "max_position_embeddings"):
+            v = getattr(self, name)
+            _require(v > 0, f"model.{name}", "an integer > 0", v)
+        _require(self.hidden_size % self.num_attention_heads == 0, "model.hidden_size",
+                 f"a multiple of num_attention_heads={self.num_attention_heads}", self.hidden_size)
+        _require(self.num_attention_heads % self.num_key_value_heads == 0, "model.num_key_value_heads",
+                 f"a divisor of num_attention_heads={self.num_attention_heads}", self.num_key_value_heads)
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    path: str = ""  # a tokenizer.json file or a folder holding one; "" = build a character tokenizer
+
+    def __post_init__(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch_size: int = 256  # sequences decoded together
+    max_seq_len: int = 512
+
+    def __post_init__(self) -> None:
+        _require(self.max_batch_size > 0, "engine.max_batch_size", "an integer > 0", self.max_batch_size)
+        _require(self.max_seq_len > 0, "engine.max_seq_len", "an integer > 0", self.max_seq_len)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    backend: Literal["unisolated"] = "unisolated"
+    allow_unisolated: bool = False  # the unisolated backend runs untrusted code only if this is true
+    workers: int = 4  # concurrent executions
+    time_limit_s: float = 5.0
+    memory_mb: int = 256
+    output_limit_bytes: int = 65536
+
+    def __post_init__(self) -> None:
+        _require(self.workers > 0, "sandbox.workers", "an integer > 0", self.workers)
+        _require(self.time_limit_s > 0, "sandbox.time_limit_s", "a number > 0", self.time_limit_s)
+        _require(self.memory_mb >= 16, "sandbox.memory_mb", "an integer >= 16", self.memory_mb)
+        _require(self.output_limit_bytes > 0, "sandbox.output_limit_bytes", "an integer > 0",
+                 self.output_limit_bytes)
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    weights: dict[str, float] = field(default_factory=lambda: {"arithmetic": 1.0})
+    eval_per_domain: int = 64  # held-out tasks per domain
+    sft_per_domain: int = 2000  # reference solutions per domain available to SFT warm-up
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        _require(len(self.weights) > 0, "tasks.weights", "at least one domain", self.weights)
+        for name, w in self.weights.items():
+            _require(w > 0, f"tasks.weights.{name}", "a weight > 0", w)
+        _require(self.eval_per_domain > 0, "tasks.eval_per_domain", "an integer > 0", self.eval_per_domain)
+        _require(self.sft_per_domain >= 0, "tasks.sft_per_domain", "an integer >= 0", self.sft_per_domain)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    tasks_per_step: int = 16  # groups in one trainer step
+    samples_per_task: int = 8  # n, the group size
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        _require(self.tasks_per_step > 0, "rollout.tasks_per_step", "an integer > 0", self.tasks_per_step)
+        _require(self.samples_per_task > 0, "rollout.samples_per_task", "an integer > 0", self.samples_per_task)
+        _require(self.temperature > 0, "rollout.temperature", "a number > 0 (use eval for greedy)",
+                 self.temperature)
+        _require(0 < self.top_p <= 1, "rollout.top_p", "a number in (0, 1]", self.top_p)
+        _require(self.max_tokens > 0, "rollout.max_tokens", "an integer > 0", self.max_tokens)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    timeout_s: float = 10.0  # a verifier slower than this is a failure, never a training signal
+    workers: int = 8
+
+    def __post_init__(self) -> None:
+        _require(self.timeout_s > 0, "reward.timeout_s", "a number > 0", self.timeout_s)
+        _require(self.workers > 0, "reward.workers", "an integer > 0", self.workers)
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    max_staleness: int = 1  # 0 = synchronous; k = samples may be up to k versions old
+    queue_size: int = 2  # steps' worth of groups the rollout may run ahead (bounded queue)
+    drop_uniform_groups: bool = True  # groups whose rewards are all equal carry no GRPO signal
+
+    def __post_init__(self) -> None:
+        _require(self.max_staleness >= 0, "buffer.max_staleness", "an integer >= 0", self.max_staleness)
+        _require(self.queue_size > 0, "buffer.queue_size", "an integer > 0", self.queue_size)
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    advantage: str = "drgrpo"  # a name in tempering.algorithms.ADVANTAGES
+    loss: str = "drgrpo"  # a name in tempering.algorithms.LOSSES
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds its k3 KL to the loss
+
+    def __post_init__(self) -> None:
+        _require(self.clip_low > 0, "algorithm.clip_low", "a number > 0", self.clip_low)
+        _require(self.clip_high > 0, "algorithm.clip_high", "a number > 0", self.clip_high)
+        _require(self.kl_coef >= 0, "algorithm.kl_coef", "a number >= 0", self.kl_coef)
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    micro_batch_tokens: int = 8192  # rows are accumulated in micro-batches of about this many tokens
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, "trainer.lr", "a number > 0", self.lr)
+        _require(self.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", self.weight_decay)
+        _require(0 <= self.beta1 < 1, "trainer.beta1", "a number in [0, 1)", self.beta1)
+        _require(0 <= self.beta2 < 1, "trainer.beta2", "a number in [0, 1)", self.beta2)
+        _require(self.grad_clip > 0, "trainer.grad_clip", "a number > 0", self.grad_clip)
+        _require(self.micro_batch_tokens > 0, "trainer.micro_batch_tokens", "an integer > 0",
+                 self.micro_batch_tokens)
+        _require(self.warmup_steps >= 0, "trainer.warmup_steps", "an integer >= 0", self.warmup_steps)
+
+
+@dataclass(frozen=True)
+class SftConfig:
+    steps: int = 0  # 0 = no warm-up
+    lr: float = 1e-3
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        _require(self.steps >= 0, "sft.steps", "an integer >= 0", self.steps)
+        _require(self.lr > 0, "sft.lr", "a number > 0", self.lr)
+        _require(self.batch_size > 0, "sft.batch_size", "an integer > 0", self.batch_size)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 0  # steps between held-out evaluations during RL; 0 = only before and after
+    max_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        _require(self.every >= 0, "eval.every", "an integer >= 0", self.every)
+        _require(self.max_tokens > 0, "eval.max_tokens", "an integer > 0", self.max_tokens)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    progress: bool = True  # progress bar on the terminal
+    tensorboard: bool = True
+    plot: bool = True  # PNG of reward per domain at the end
+
+    def __post_init__(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.dir) / self.run.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """Read TOML at `path` (or the defaults), apply `--section.key=value` overrides, validate."""
+    raw: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{source}: no such config file")
+        try:
+            raw = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    try:
+        tree = _build(Config, raw, "")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    for item in overrides:
+        key, value = _parse_override(item)
+        try:
+            tree = _apply(tree, key, value)
+        except ConfigError as e:
+            raise ConfigError(f"command line {item!r}: {e}") from None
+    return tree
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if not item.startswith("--") or "=" not in item:
+        raise ConfigError(f"command line {item!r}: overrides look like --section.key=value")
+    key, text = item[2:].split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # bare words are strings: --run.name=demo
+    return key, value
+
+
+def _apply(tree: Config, dotted: str, value: Any) -> Config:
+    raw = to_dict(tree)
+    parts = dotted.split(".")
+    if len(parts) < 2:
+        raise ConfigError(f"{dotted}: overrides name a section and a key, like --trainer.lr=1e-4")
+    node = raw
+    for p in parts[:-1]:
+        if p not in node or not isinstance(node[p], dict):
+            raise ConfigError(f"{dotted}: unknown section or key {p!r}")
+        node = node[p]
+    node[parts[-1]] = value
+    return _build(Config, raw, "")
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {name: _convert(hints[name], raw[name], f"{prefix}{name}") for name in raw}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key + ".")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        _require(value in choices, key, "one of " + ", ".join(map(repr, choices)), value)
+        return value
+    if origin is dict:
+        ktp, vtp = typing.get_args(tp)
+        _require(isinstance(value, dict), key, "a table", value)
+        return {str(k): _convert(vtp, v, f"{key}.{k}") for k, v in value.items()}
+    if origin in (list, tuple):
+        (etp, *_) = typing.get_args(tp)
+        _require(isinstance(value, list), key, "a list", value)
+        items = [_convert(etp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is type(None) and value is None:
+                return None
+        return _convert(next(a for a in typing.get_args(tp) if a is not type(None)), value, key)
+    if tp is bool:
+        _require(isinstance(value, bool), key, "true or false", value)
+    elif tp is int:
+        _require(isinstance(value, int) and not isinstance(value, bool), key, "an integer", value)
+    elif tp is float:
+        _require(isinstance(value, (int, float)) and not isinstance(value, bool), key, "a number", value)
+        return float(value)
+    elif tp is str:
+        _require(isinstance(value, str), key, "a string", value)
+    return value

@@ -1,0 +1,13 @@
+"""Running untrusted programs: the request record, the backend interface and the factory.
+
+A backend takes an `ExecRequest` and always returns an `ExecResult`; failures of the sandbox
+itself come back as `reason=sandbox_error`, never as exceptions, because this is a deliberate
+fault boundary. This package does not decide what a program's output means (verifiers do).
+"""
+
+from __future__ import annotations
+
+from tempering.sandbox.request import ExecRequest, Sandbox
+from tempering.sandbox.factory import make_sandbox
+
+__all__ = ["ExecRequest", "Sandbox", "make_sandbox"]

@@ -1,0 +1,41 @@
+"""What a sandbox is asked to run (`ExecRequest`) and what every backend provides (`Sandbox`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from tempering.records import ExecResult
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One program run. `files` are written into a fresh workspace (the working directory);
+    files matching `collect` (workspace-relative names) are read back after the run."""
+
+    command: tuple[str, ...]
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    stdin: bytes = b""
+    env: Mapping[str, str] = field(default_factory=dict)
+    time_limit_s: float = 5.0
+    memory_mb: int = 256
+    pids: int = 64
+    output_limit_bytes: int = 65536
+    collect: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("ExecRequest.command must name a program")
+        if self.time_limit_s <= 0 or self.memory_mb <= 0 or self.output_limit_bytes <= 0:
+            raise ValueError(f"ExecRequest limits must be positive: {self}")
+        for name in self.files:
+            if name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"ExecRequest file name {name!r} must stay inside the workspace")
+
+
+class Sandbox(Protocol):
+    name: str
+
+    def run(self, request: ExecRequest) -> ExecResult: ...
+
+    def close(self) -> None: ...

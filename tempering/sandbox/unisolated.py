@@ -1,0 +1,149 @@
+"""The unisolated backend: a child process with rlimits, a host-side deadline and an output cap.
+
+It does NOT isolate anything: the program sees the host filesystem, network and processes.
+It exists for trusted code and for machines without bubblewrap, and the factory refuses it for
+untrusted code unless `sandbox.allow_unisolated = true` says so explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tempering.records import ExecReason, ExecResult
+from tempering.sandbox.request import ExecRequest
+
+_BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+class UnisolatedSandbox:
+    name = "unisolated"
+
+    def run(self, request: ExecRequest) -> ExecResult:
+        workspace = Path(tempfile.mkdtemp(prefix="tempering-ws-"))
+        try:
+            return self._run_in(workspace, request)
+        except OSError as e:
+            return ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=f"{type(e).__name__}: {e}")
+        finally:
+            shutil.rmtree(workspace, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+    def _run_in(self, workspace: Path, req: ExecRequest) -> ExecResult:
+        for name, data in req.files.items():
+            target = workspace / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [*_limits(req), *req.command], cwd=workspace,
+            env={**_BASE_ENV, "HOME": str(workspace), **req.env},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, close_fds=True,
+        )
+        out, err, ended_by, peak_kb = _pump(proc, req, start + req.time_limit_s)
+        _kill_group(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
+        wall = time.monotonic() - start
+        stderr = err.decode(errors="replace")
+        reason = ended_by or _reason_from_exit(proc.returncode, stderr)
+        return ExecResult(
+            reason=reason, exit_code=proc.returncode,
+            stdout=out.decode(errors="replace"), stderr=stderr,
+            truncated=ended_by == ExecReason.OUTPUT_LIMIT, wall_s=wall,
+            cpu_s=usage.ru_utime + usage.ru_stime, peak_memory_mb=peak_kb / 1024.0,
+            start="cold", files=_collect(workspace, req),
+        )
+
+
+def _limits(req: ExecRequest) -> list[str]:
+    """rlimits through util-linux `prlimit`: unlike a preexec_fn it keeps subprocess on its
+    vfork path (safe with threads, and the child's peak RSS is not the parent's)."""
+    mem = req.memory_mb * 1024 * 1024
+    cpu = int(req.time_limit_s) + 1
+    return ["prlimit", f"--as={mem}", f"--cpu={cpu}", "--core=0", f"--fsize={64 << 20}", "--"]
+
+
+def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
+    """Feed stdin, read stdout/stderr until EOF, the deadline or the output cap."""
+    try:
+        proc.stdin.write(req.stdin)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    sel = selectors.DefaultSelector()
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    for f in bufs:
+        os.set_blocking(f.fileno(), False)
+        sel.register(f, selectors.EVENT_READ)
+    ended_by = None
+    peak_kb = 0
+    while sel.get_map():
+        peak_kb = max(peak_kb, _high_water_kb(proc.pid))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            ended_by = ExecReason.TIMEOUT
+            break
+        for key, _ in sel.select(timeout=min(left, 0.5)):
+            chunk = key.fileobj.read(65536)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                continue
+            bufs[key.fileobj] += chunk
+        if sum(len(b) for b in bufs.values()) > req.output_limit_bytes:
+            ended_by = ExecReason.OUTPUT_LIMIT
+            break
+    sel.close()
+    cap = req.output_limit_bytes
+    return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), ended_by, peak_kb
+
+
+def _high_water_kb(pid: int) -> int:
+    """Peak RSS of the running program, sampled. wait4's ru_maxrss cannot be used: a vfork'ed
+    child inherits the parent's (large) maxrss. Only the direct child is seen, and a very short
+    program may end between samples; the isolated backend measures through cgroups instead."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        pass
+    return 0
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _reason_from_exit(code: int, stderr: str) -> ExecReason:
+    if code == 0:
+        return ExecReason.OK
+    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        return ExecReason.OOM
+    if code == -signal.SIGXCPU:
+        return ExecReason.TIMEOUT
+    if code < 0:
+        return ExecReason.KILLED
+    return ExecReason.NONZERO_EXIT
+
+
+def _collect(workspace: Path, req: ExecRequest) -> dict[str, bytes]:
+    files = {}
+    for name in req.collect:
+        p = workspace / name
+        if p.is_file() and not p.is_symlink():
+            files[name] = p.read_bytes()[: req.output_limit_bytes]
+    return files
