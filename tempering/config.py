@@ -142,6 +142,8 @@ class RolloutConfig:
 class RewardConfig:
     timeout_s: float = 10.0  # a verifier slower than this is a failure, never a training signal
     workers: int = 8
+    # total = sum of weight x component; components without a weight are logged, not rewarded
+    weights: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0, "partial": 0.5, "executes": 0.25})
 
     def __post_init__(self) -> None:
         _require(self.timeout_s > 0, "reward.timeout_s", "a number > 0", self.timeout_s)

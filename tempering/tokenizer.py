@@ -1,0 +1,113 @@
+"""Tokenizers: HF `tokenizer.json` folders, and a character tokenizer built locally for the demo.
+
+Wraps `tokenizers.Tokenizer` with what the rest of the system needs: the stop (eos) ids, a pad
+id, prompt rendering (the folder's Jinja chat template when there is one) and decoding. It does
+not download anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import jinja2
+from tokenizers import Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
+
+from tempering.records import Message
+
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+class Tokenizer:
+    def __init__(self, inner: HFTokenizer, eos_token: str, pad_token: str | None = None,
+                 chat_template: str | None = None, bos_token: str | None = None):
+        self.inner = inner
+        self.eos_id = _token_id(inner, eos_token)
+        self.pad_id = _token_id(inner, pad_token) if pad_token else self.eos_id
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.chat_template = chat_template
+
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=True)
+
+    def render(self, prompt: str, messages: Sequence[Message] = ()) -> str:
+        """The text the model sees: the chat template over `messages` when both exist, else the
+        plain prompt (the demo's tiny models are trained on plain text)."""
+        if not messages or not self.chat_template:
+            return prompt
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        return env.from_string(self.chat_template).render(
+            messages=[{"role": m.role, "content": m.content} for m in messages],
+            add_generation_prompt=True, bos_token=self.bos_token or "", eos_token=self.eos_token,
+        )
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.inner.save(str(folder / "tokenizer.json"))
+        pad = self.inner.id_to_token(self.pad_id)
+        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self.eos_token, "pad_token": pad}
+        if self.bos_token:
+            cfg["bos_token"] = self.bos_token
+        if self.chat_template:
+            cfg["chat_template"] = self.chat_template
+        (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def _raise(message: str):
+    raise ValueError(f"chat template: {message}")
+
+
+def _token_id(inner: HFTokenizer, token: str) -> int:
+    tid = inner.token_to_id(token)
+    if tid is None:
+        raise ValueError(f"tokenizer has no token {token!r}")
+    return tid
+
+
+def char_tokenizer(alphabet: str) -> Tokenizer:
+    """One token per character of `alphabet` plus <pad> <bos> <eos> <unk>; for tiny demo models."""
+    chars = sorted(set(alphabet))
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    for c in chars:
+        vocab.setdefault(c, len(vocab))
+    inner = HFTokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every char a token
+    inner.decoder = decoders.Fuse()
+    inner.add_special_tokens(list(SPECIALS))
+    return Tokenizer(inner, eos_token="<eos>", pad_token="<pad>", bos_token="<bos>")
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A tokenizer.json file, or a folder with tokenizer.json (+ tokenizer_config.json)."""
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise ValueError(f"{path}: no tokenizer.json found")
+    inner = HFTokenizer.from_file(str(file))
+    cfg_file = file.parent / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    eos = _token_text(cfg.get("eos_token")) or _guess_eos(inner, file)
+    return Tokenizer(inner, eos_token=eos, pad_token=_token_text(cfg.get("pad_token")),
+                     chat_template=cfg.get("chat_template"), bos_token=_token_text(cfg.get("bos_token")))
+
+
+def _token_text(tok) -> str | None:
+    # tokenizer_config.json stores special tokens as strings or as {"content": ...} objects.
+    return tok.get("content") if isinstance(tok, dict) else tok
+
+
+def _guess_eos(inner: HFTokenizer, file: Path) -> str:
+    for candidate in ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>"):
+        if inner.token_to_id(candidate) is not None:
+            return candidate
+    raise ValueError(f"{file}: cannot tell the end-of-sequence token; add eos_token to tokenizer_config.json")
