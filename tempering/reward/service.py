@@ -1,0 +1,87 @@
+"""`RewardService`: score many (task, completion) pairs concurrently, each under a deadline.
+
+This is a fault boundary: a verifier that raises or runs past `reward.timeout_s` yields a
+`Reward` with `failed=True` and the reason, and the run goes on. Components are combined into
+`total` with `reward.weights`. Reward models and process rewards are not here yet.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+from typing import Sequence
+
+from tempering.config import RewardConfig
+from tempering.records import Reward, Task
+from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict
+from tempering.sandbox import Sandbox
+
+
+class RewardService:
+    def __init__(self, cfg: RewardConfig, sandbox: Sandbox | None = None):
+        self.cfg = cfg
+        self.sandbox = sandbox
+        self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
+        self._stuck = 0  # workers still occupied by verifiers that timed out
+
+    def score(self, items: Sequence[tuple[Task, str]]) -> list[Reward]:
+        self._renew_pool_if_exhausted()
+        started: dict[int, float] = {}
+        lock = threading.Lock()
+
+        def call(i: int, task: Task, completion: str) -> Verdict:
+            with lock:
+                started[i] = time.monotonic()
+            verifier = VERIFIERS.get(task.verifier)
+            if verifier is None:
+                raise InfrastructureError(f"task {task.id}: unknown verifier {task.verifier!r}")
+            return verifier(task, completion, self.sandbox)
+
+        futures = [self._pool.submit(call, i, t, c) for i, (t, c) in enumerate(items)]
+        rewards: list[Reward | None] = [None] * len(items)
+        while any(r is None for r in rewards):
+            cf.wait([f for f, r in zip(futures, rewards) if r is None], timeout=0.05,
+                    return_when=cf.FIRST_COMPLETED)
+            now = time.monotonic()
+            for i, fut in enumerate(futures):
+                if rewards[i] is None:
+                    rewards[i] = self._settle(fut, started.get(i), now, items[i][0])
+            if all(r is not None or i not in started for i, r in enumerate(rewards)) and self._all_stuck():
+                rewards = [r or _failure("verifier pool exhausted by timed-out verifiers") for r in rewards]
+        return rewards  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _settle(self, fut: cf.Future, start: float | None, now: float, task: Task) -> Reward | None:
+        if fut.done():
+            try:
+                return self._combine(fut.result())
+            except InfrastructureError as e:
+                return _failure(str(e))
+            except Exception as e:  # noqa: BLE001 - verifier code is a fault boundary
+                return _failure(f"verifier {task.verifier} crashed: {type(e).__name__}: {e}")
+        if start is not None and now - start > self.cfg.timeout_s:
+            self._stuck += 1
+            return _failure(f"verifier {task.verifier} timed out after {self.cfg.timeout_s:g} s")
+        return None
+
+    def _combine(self, verdict: Verdict) -> Reward:
+        weights = {k: self.cfg.weights.get(k, 0.0) for k in verdict.components}
+        total = sum(weights[k] * float(v) for k, v in verdict.components.items())
+        return Reward(components=dict(verdict.components), weights=weights, total=total, reason=verdict.reason)
+
+    def _all_stuck(self) -> bool:
+        return self._stuck >= self.cfg.workers
+
+    def _renew_pool_if_exhausted(self) -> None:
+        # Timed-out verifiers keep their threads; once they hold every worker, start afresh.
+        if self._all_stuck():
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = cf.ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="verifier")
+            self._stuck = 0
+
+
+def _failure(reason: str) -> Reward:
+    return Reward(components={}, weights={}, total=0.0, failed=True, reason=reason)

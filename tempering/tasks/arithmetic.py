@@ -1,0 +1,26 @@
+"""Arithmetic: add or subtract two numbers below 100; the answer is an exact integer.
+
+Prompts are bare expressions (`37+48=`) so a tiny character model can learn them from scratch;
+the answer is checked by the `exact_answer` verifier, with partial credit for correct digits.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tempering.records import Budget, Task
+from tempering.tasks.registry import Domain
+
+
+def _make(rng: random.Random) -> Task:
+    a, b = rng.randint(0, 99), rng.randint(0, 99)
+    if rng.random() < 0.5:
+        prompt, answer = f"{a}+{b}=", str(a + b)
+    else:
+        a, b = max(a, b), min(a, b)
+        prompt, answer = f"{a}-{b}=", str(a - b)
+    return Task(id="", domain="arithmetic", prompt=prompt, verifier="exact_answer", answer=answer,
+                reference=answer, budget=Budget(max_tokens=8))
+
+
+DOMAIN = Domain("arithmetic", "add or subtract two numbers below 100", "0123456789+-=", _make)

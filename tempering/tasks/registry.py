@@ -1,0 +1,37 @@
+"""The registry of domains by name."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from tempering.records import Task
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A family of tasks. `make(rng)` returns a fresh task (its id is assigned by the pool);
+    `alphabet` lists every character prompts, answers and references use, so a character
+    tokenizer built from the mix can spell them all."""
+
+    name: str
+    description: str
+    alphabet: str
+    make: Callable[[random.Random], Task]
+
+
+def _load() -> dict[str, Domain]:
+    from tempering.tasks import arithmetic, code, sorting, strings
+
+    found = [arithmetic.DOMAIN, code.DOMAIN, sorting.DOMAIN, strings.DOMAIN]
+    return {d.name: d for d in found}
+
+
+DOMAINS: dict[str, Domain] = _load()
+
+
+def get_domain(name: str) -> Domain:
+    if name not in DOMAINS:
+        raise ValueError(f"unknown task domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
+    return DOMAINS[name]
