@@ -1,0 +1,71 @@
+"""Advantages and losses on tiny examples computed by hand."""
+
+import math
+
+import pytest
+import torch
+
+from tempering.algorithms import get_advantage, get_loss
+from tempering.algorithms.losses import clipped_surrogate, k3_kl
+
+
+def test_grpo_advantage_by_hand():
+    adv = get_advantage("grpo")(torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    # mean 0.5, unbiased std sqrt(1/3) = 0.57735
+    torch.testing.assert_close(adv, torch.tensor([0.8660, -0.8660, -0.8660, 0.8660]), atol=1e-4, rtol=0)
+
+
+def test_drgrpo_advantage_by_hand():
+    adv = get_advantage("drgrpo")(torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    torch.testing.assert_close(adv, torch.tensor([0.75, -0.25, -0.25, -0.25]))
+
+
+def test_rloo_and_uniform_groups():
+    torch.testing.assert_close(get_advantage("rloo")(torch.tensor([1.0, 0.0, 0.0])), torch.tensor([1.0, -0.5, -0.5]))
+    for name in ("grpo", "drgrpo", "rloo"):
+        assert torch.all(get_advantage(name)(torch.tensor([0.3, 0.3, 0.3])) == 0)
+
+
+def test_unknown_names():
+    with pytest.raises(ValueError, match="known: drgrpo, grpo, rloo"):
+        get_advantage("ppo2")
+    with pytest.raises(ValueError, match="algorithm.loss"):
+        get_loss("nope")
+
+
+def test_clipped_surrogate_by_hand():
+    # ratio e^0.5 = 1.6487 clipped to 1.28 for a positive advantage; unclipped when the
+    # advantage is negative (min picks the larger penalty); ratio 1 passes through.
+    logp = torch.tensor([[0.5, 0.5, 0.0]])
+    old = torch.zeros(1, 3)
+    adv = torch.tensor([[1.0, -1.0, 2.0]])
+    got = clipped_surrogate(logp, old, adv, 0.2, 0.28)
+    torch.testing.assert_close(got, torch.tensor([[-1.28, math.exp(0.5), -2.0]]))
+
+
+def test_grpo_and_drgrpo_aggregation_by_hand():
+    # Two sequences: 2 tokens with loss 1 each, and 1 token with loss 4 (third slot padding).
+    token_loss = torch.tensor([[1.0, 1.0, 0.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    grpo = (token_loss * get_loss("grpo").weighting(mask, 10)).sum()
+    assert grpo.item() == pytest.approx((1.0 + 4.0) / 2)  # mean over tokens, then over sequences
+    dr = (token_loss * get_loss("drgrpo").weighting(mask, 10)).sum()
+    assert dr.item() == pytest.approx((2.0 + 4.0) / 10 / 2)  # token sums over a constant budget
+    dapo = (token_loss * get_loss("dapo").weighting(mask, 10)).sum()
+    assert dapo.item() == pytest.approx(6.0 / 3)
+
+
+def test_weights_make_micro_batches_exact():
+    torch.manual_seed(0)
+    mask = (torch.rand(6, 5) > 0.3).float()
+    loss = torch.rand(6, 5)
+    for name in ("grpo", "drgrpo", "dapo"):
+        w = get_loss(name).weighting(mask, 8)
+        whole = (loss * w).sum()
+        parts = (loss[:2] * w[:2]).sum() + (loss[2:] * w[2:]).sum()
+        torch.testing.assert_close(whole, parts)
+
+
+def test_k3_kl_is_zero_at_equality_and_positive_otherwise():
+    assert k3_kl(torch.tensor([-1.0]), torch.tensor([-1.0])).item() == 0
+    assert k3_kl(torch.tensor([-1.0]), torch.tensor([-2.0])).item() == pytest.approx(math.exp(-1) + 1 - 1)
