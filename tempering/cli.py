@@ -1,0 +1,94 @@
+"""The `tempering` command: train | generate | tasks | sandbox.
+
+Bad input (config, paths, unknown names) is reported as one `error:` line and exit status 2,
+never a traceback. Each subcommand builds what it needs and calls into the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tempering.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tempering", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="post-train a model (SFT warm-up, RL, evaluation)",
+                       description="Overrides: --section.key=value, e.g. --trainer.lr=1e-4 --run.name=try2")
+    p.add_argument("--config", help="TOML config file (default: built-in defaults)")
+    p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    p.set_defaults(handler=_train)
+
+    p = sub.add_parser("generate", help="sample completions from a model folder")
+    p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
+    p.add_argument("prompts", nargs="+")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("-n", type=int, default=1)
+    p.set_defaults(handler=_generate)
+
+    p = sub.add_parser("tasks", help="list task domains, or show examples of one")
+    p.add_argument("domain", nargs="?")
+    p.add_argument("--count", type=int, default=3)
+    p.set_defaults(handler=_tasks)
+
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "train":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        return args.handler(args, rest)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _train(args: argparse.Namespace, overrides: list[str]) -> int:
+    from tempering.sandbox.factory import SandboxUnavailable
+    from tempering.train import train
+
+    cfg = load_config(args.config, overrides)
+    try:
+        summary = train(cfg, resume=args.resume)
+    except SandboxUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _generate(args: argparse.Namespace, _: list[str]) -> int:
+    from tempering.engine import LLM, SamplingParams
+    from tempering.models import load_hf
+    from tempering.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.model)
+    engine = LLM(load_hf(args.model), tokenizer)
+    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens)
+    for prompt, out in zip(args.prompts, engine.generate(args.prompts, params)):
+        for c in out.outputs:
+            print(json.dumps({"prompt": prompt, "index": c.index, "text": c.text, "finish_reason": c.finish_reason}))
+    return 0
+
+
+def _tasks(args: argparse.Namespace, _: list[str]) -> int:
+    import random
+
+    from tempering.tasks import DOMAINS, get_domain
+
+    if args.domain is None:
+        for name, d in sorted(DOMAINS.items()):
+            print(f"{name:12s} {d.description}")
+        return 0
+    domain, rng = get_domain(args.domain), random.Random(0)
+    for _ in range(args.count):
+        t = domain.make(rng)
+        print(json.dumps({"prompt": t.prompt, "answer": t.answer, "reference": t.reference, "verifier": t.verifier}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Metrics: one record per step to JSONL, TensorBoard and a progress bar; the reward plot.
+
+`Metrics.log(step, values)` takes flat `name -> number` values (nested dicts are flattened with
+'/'), writes a line to `metrics.jsonl`, scalars to TensorBoard event files, and updates the
+terminal progress bar. Prometheus export and the dashboard are not here yet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tempering.config import MetricsConfig
+
+
+def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out[key] = float(v)
+    return out
+
+
+class Metrics:
+    def __init__(self, run_dir: Path, cfg: MetricsConfig, total_steps: int, first_step: int = 0):
+        self.cfg = cfg
+        self.path = run_dir / "metrics.jsonl"
+        self._file = open(self.path, "a")
+        self._tb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # imported lazily: tensorboard is slow to import
+
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        self._bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=first_step, desc="rl", unit="step", dynamic_ncols=True)
+
+    def log(self, step: int, values: dict[str, Any]) -> None:
+        flat = flatten(values)
+        self._file.write(json.dumps({"step": step, **flat}) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for k, v in flat.items():
+                self._tb.add_scalar(k, v, step)
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
+                                   if k in flat}, refresh=False)
+
+    def close(self) -> None:
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+
+
+def plot_rewards(metrics_path: Path, out_png: Path) -> None:
+    """Reward per domain against step, from metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    keys = sorted({k for r in rows for k in r if k.startswith("reward/domain/")})
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for k in keys:
+        pts = [(r["step"], r[k]) for r in rows if k in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=k.rsplit("/", 1)[-1])
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean reward")
+    ax.set_title("Reward per domain")
+    ax.grid(alpha=0.3)
+    if keys:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,102 @@
+"""The embedded runtime: worker processes, bounded queues with deadlines, failure propagation.
+
+Workers are spawned (not forked, so no lock or thread state leaks into them) with torch's
+multiprocessing, which moves shared-memory tensors between processes without copying. Every wait
+has a deadline; when it passes, `Stall` names the component that did not deliver. A worker that
+dies or raises is reported with its traceback at the next wait, never as a silent hang.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import torch.multiprocessing as tmp
+
+
+class Stall(RuntimeError):
+    """A wait ran past its deadline; the message names the component that stalled."""
+
+
+class Worker:
+    def __init__(self, name: str, process: Any, errors: Any):
+        self.name, self.process, self.errors = name, process, errors
+
+    def check(self) -> None:
+        """Raise if the worker failed; its traceback is in the message."""
+        try:
+            name, tb = self.errors.get_nowait()
+            raise RuntimeError(f"worker {name} failed:\n{tb}")
+        except queue.Empty:
+            pass
+        if not self.process.is_alive() and self.process.exitcode not in (0, None):
+            raise RuntimeError(f"worker {self.name} died with exit code {self.process.exitcode}")
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(5)
+
+
+class BoundedQueue:
+    def __init__(self, ctx: Any, maxsize: int):
+        self._q = ctx.Queue(maxsize)
+
+    def put(self, item: Any, timeout: float, component: str, stop: Any = None) -> bool:
+        """Block until there is room; False if `stop` was set meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._q.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                if stop is not None and stop.is_set():
+                    return False
+                if time.monotonic() > deadline:
+                    raise Stall(f"{component}: queue stayed full for {timeout:g} s") from None
+
+    def get(self, timeout: float, component: str, workers: Sequence[Worker] = ()) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._q.get(timeout=0.2)
+            except queue.Empty:
+                for w in workers:
+                    w.check()
+                if time.monotonic() > deadline:
+                    raise Stall(f"{component}: nothing arrived for {timeout:g} s") from None
+
+    def drain(self) -> None:
+        try:
+            while True:
+                self._q.get_nowait()
+        except queue.Empty:
+            pass
+
+
+class LocalRuntime:
+    def __init__(self):
+        self.ctx = tmp.get_context("spawn")
+
+    def queue(self, maxsize: int) -> BoundedQueue:
+        return BoundedQueue(self.ctx, maxsize)
+
+    def event(self) -> Any:
+        return self.ctx.Event()
+
+    def spawn(self, name: str, target: Callable[..., None], *args: Any) -> Worker:
+        errors = self.ctx.Queue()
+        process = self.ctx.Process(target=_entry, args=(name, target, args, errors), name=name, daemon=True)
+        process.start()
+        return Worker(name, process, errors)
+
+
+def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> None:
+    try:
+        target(*args)
+    except BaseException:  # noqa: BLE001 - report everything to the parent, then exit non-zero
+        errors.put((name, traceback.format_exc()))
+        raise SystemExit(1) from None

@@ -1,0 +1,230 @@
+"""`train`: builds the components from the config and runs the post-training loop.
+
+Read top to bottom: prepare the run (or resume it), SFT warm-up and a baseline evaluation, the
+RL loop (a rollout worker process feeds scored groups through a bounded queue; the trainer
+filters them by staleness, steps, and publishes the next weight version), a final evaluation,
+and the summary. This module wires components together; it implements none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tempering.algorithms import get_advantage
+from tempering.buffer import Accounting, Buffer, LineageStore
+from tempering.config import Config, ModelConfig, TokenizerConfig, to_dict
+from tempering.engine import LLM
+from tempering.evaluation import EvalResult, evaluate
+from tempering.metrics import Metrics, plot_rewards
+from tempering.models import Arch, Decoder, build_model, load_hf
+from tempering.pool import TaskPool
+from tempering.records import Group
+from tempering.reward import RewardService
+from tempering.rollout import RolloutBatch, RolloutSpec, run_rollout_worker
+from tempering.runtime import LocalRuntime
+from tempering.sandbox import make_sandbox
+from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
+from tempering.trainer import StepStats, Trainer
+from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tempering.trainer.sft import sft_warmup
+from tempering.weights import WeightStore
+
+
+@dataclass
+class Run:
+    cfg: Config
+    dir: Path
+    tokenizer: Tokenizer
+    model: Decoder
+    trainer: Trainer
+    pool: TaskPool
+    reward: RewardService
+    state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
+
+
+def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
+    started = time.monotonic()
+    run = prepare(cfg, resume)
+    try:
+        if run.state["baseline"] is None:
+            warm_up(run)
+            run.state["baseline"] = dataclasses.asdict(run_eval(run, "baseline"))
+        rl_loop(run, started)
+        final = run_eval(run, "final")
+        return finish(run, final, started)
+    finally:
+        run.reward.close()
+
+
+def rl_loop(run: Run, started: float) -> None:
+    cfg = run.cfg
+    runtime = LocalRuntime()
+    store = WeightStore(run.model, runtime.ctx)
+    store.publish(run.model, run.state["version"])
+    queue, stop = runtime.queue(cfg.buffer.queue_size), runtime.event()
+    worker = runtime.spawn("rollout", run_rollout_worker, rollout_spec(run), store, queue, stop)
+    lineage = LineageStore(run.dir / "samples.jsonl")
+    buffer = Buffer(cfg.buffer, get_advantage(cfg.algorithm.advantage), lineage, run.tokenizer.pad_id)
+    metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
+    try:
+        while run.state["step"] < cfg.run.steps:
+            tick = time.perf_counter()
+            rollout: RolloutBatch = queue.get(cfg.run.stall_timeout_s, "rollout worker", [worker])
+            batch, groups, acct = buffer.make_batch(rollout.groups, run.state["version"], run.state["step"])
+            stats = run.trainer.rl_step(batch) if batch is not None else None
+            run.state["step"] += 1
+            run.state["version"] += 1
+            store.publish(run.model, run.state["version"])
+            metrics.log(run.state["step"], step_record(run, rollout, groups, acct, stats, tick))
+            if cfg.run.checkpoint_every and run.state["step"] % cfg.run.checkpoint_every == 0:
+                checkpoint(run, started)
+    finally:
+        stop.set()
+        queue.drain()
+        worker.join(timeout=10)
+        metrics.close()
+        lineage.close()
+    checkpoint(run, started)
+
+
+# ---------------------------------------------------------------------------------------------
+# Setting up
+
+
+def prepare(cfg: Config, resume: bool) -> Run:
+    run_dir = cfg.run_dir
+    ckpt = latest_checkpoint(run_dir) if resume else None
+    if resume and ckpt is None:
+        raise ValueError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+    if not resume and (run_dir / "metrics.jsonl").exists():
+        raise ValueError(f"{run_dir} already holds a run; pick another --run.name or pass --resume")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    torch.manual_seed(cfg.run.seed)
+    pool = TaskPool(cfg.tasks)
+    state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
+    if ckpt is not None:
+        model, trainer_state, state = load_checkpoint(ckpt)
+        tokenizer = load_tokenizer(ckpt / "model")
+    else:
+        tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool.alphabet)
+        model = build_policy(cfg.model, tokenizer, cfg.run.seed)
+    tokenizer.save(run_dir / "tokenizer")
+    trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens)
+    if ckpt is not None:
+        trainer.load_state_dict(trainer_state)
+    reward = RewardService(cfg.reward, make_sandbox(cfg.sandbox))
+    return Run(cfg, run_dir, tokenizer, model, trainer, pool, reward, state)
+
+
+def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
+    if cfg.path:
+        return load_tokenizer(cfg.path)
+    if model.path:
+        return load_tokenizer(model.path)
+    return char_tokenizer(alphabet)
+
+
+def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
+    if cfg.path:
+        model = load_hf(cfg.path)
+        if tokenizer.vocab_size > model.arch.vocab_size:
+            raise ValueError(f"model.path {cfg.path}: vocab_size {model.arch.vocab_size} is smaller than "
+                             f"the tokenizer's {tokenizer.vocab_size}")
+        return model
+    fields = {f.name for f in dataclasses.fields(Arch)}
+    arch = Arch(vocab_size=tokenizer.vocab_size, eos_token_id=tokenizer.eos_id, pad_token_id=tokenizer.pad_id,
+                **{k: v for k, v in dataclasses.asdict(cfg).items() if k in fields})
+    return build_model(arch, seed)
+
+
+def rollout_spec(run: Run) -> RolloutSpec:
+    cfg = run.cfg
+    return RolloutSpec(
+        arch=run.model.arch, tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine, sandbox=cfg.sandbox,
+        tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
+        seed=cfg.run.seed, first_batch=run.state["step"], threads=cfg.run.threads,
+        stall_timeout_s=cfg.run.stall_timeout_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases around the loop
+
+
+def warm_up(run: Run) -> None:
+    sft = run.cfg.sft
+    if sft.steps == 0:
+        return
+    sft_trainer = Trainer(run.model, dataclasses.replace(run.cfg.trainer, lr=sft.lr, warmup_steps=0))
+    log = run.dir / "sft.jsonl"
+    with open(log, "w") as f:
+        sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size, run.cfg.run.seed,
+                   lambda step, s: f.write(json.dumps({"step": step + 1, "loss": s.loss}) + "\n"))
+
+
+def run_eval(run: Run, label: str) -> EvalResult:
+    engine = LLM(run.model, run.tokenizer, run.cfg.engine.max_batch_size, run.cfg.engine.max_seq_len)
+    result = evaluate(engine, run.tokenizer, run.reward, run.pool.heldout(), run.cfg.eval.max_tokens)
+    (run.dir / f"eval_{label}.json").write_text(json.dumps(dataclasses.asdict(result), indent=2))
+    print(f"[tempering] {label} held-out accuracy {result.accuracy:.3f} "
+          + " ".join(f"{d}={a:.2f}" for d, a in sorted(result.per_domain.items())), flush=True)
+    return result
+
+
+def checkpoint(run: Run, started: float) -> None:
+    state = {**run.state, "wall_seconds": run.state["wall_seconds"] + time.monotonic() - started}
+    save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(), state)
+
+
+def finish(run: Run, final: EvalResult, started: float) -> dict[str, Any]:
+    baseline = run.state["baseline"]
+    summary = {
+        "baseline_accuracy": baseline["accuracy"], "final_accuracy": final.accuracy,
+        "baseline_per_domain": baseline["per_domain"], "final_per_domain": final.per_domain,
+        "steps": run.state["step"], "wall_seconds": run.state["wall_seconds"] + time.monotonic() - started,
+        "samples": sample_fates(run.dir / "samples.jsonl"), "run_dir": str(run.dir),
+    }
+    if run.cfg.metrics.plot and (run.dir / "metrics.jsonl").exists():
+        plot_rewards(run.dir / "metrics.jsonl", run.dir / "reward_per_domain.png")
+        summary["plot"] = str(run.dir / "reward_per_domain.png")
+    (run.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def sample_fates(path: Path) -> dict[str, int]:
+    fates: dict[str, int] = defaultdict(int)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            fates[json.loads(line)["fate"]] += 1
+    return dict(fates)
+
+
+def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Accounting,
+                stats: StepStats | None, tick: float) -> dict[str, Any]:
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for g in rollout.groups:
+        by_domain[g.task.domain].extend(r.total for r in g.rewards if not r.failed)
+    everything = [x for v in by_domain.values() for x in v]
+    version = run.state["version"] - 1  # the version this step trained from
+    staleness = [version - t.oldest_version for g in groups for t in g.trajectories]
+    return {
+        "version": run.state["version"],
+        "reward": {"mean": sum(everything) / max(len(everything), 1),
+                   "domain": {d: sum(v) / len(v) for d, v in by_domain.items() if v}},
+        "pass_rate": rollout.pass_rates,
+        **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
+        "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
+        "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
+        "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()}},
+        "step_seconds": time.perf_counter() - tick,
+    }

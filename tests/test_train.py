@@ -1,0 +1,80 @@
+"""End to end: a few steps of the real loop, and resuming after the process is killed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TINY = ["--model.hidden_size=32", "--model.intermediate_size=64", "--model.num_hidden_layers=2",
+        "--model.num_attention_heads=2", "--model.num_key_value_heads=1", "--run.threads=1",
+        "--tasks.eval_per_domain=8", "--tasks.sft_per_domain=64", "--rollout.tasks_per_step=4",
+        "--rollout.samples_per_task=4", "--sft.steps=3", "--sft.batch_size=16", "--metrics.progress=false",
+        "--sandbox.allow_unisolated=true"]
+
+
+def cli(tmp_path, *args):
+    return [sys.executable, "-m", "tempering.cli", "train", "--config", "configs/demo.toml",
+            f"--run.dir={tmp_path}", *TINY, *args]
+
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_short_run_end_to_end(tmp_path):
+    r = subprocess.run(cli(tmp_path, "--run.name=e2e", "--run.steps=3", "--run.checkpoint_every=2"),
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "e2e"
+    summary = json.loads((run / "summary.json").read_text())
+    assert {"baseline_accuracy", "final_accuracy", "wall_seconds"} <= set(summary)
+    assert summary["steps"] == 3
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for key in ("reward/mean", "tokens_per_s", "staleness/mean", "samples/trained"):
+        assert key in rows[0], key
+    assert any(k.startswith("reward/domain/") for k in rows[0])
+    # every sample generated for the 3 steps is accounted for: 3 steps x 4 tasks x 4 samples
+    fates = [json.loads(line)["fate"] for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(fates) == 48 and set(fates) <= {"trained", "stale", "failed", "uniform", "alone"}
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run / "reward_per_domain.png").stat().st_size > 1000
+    assert (run / "checkpoints" / "latest").read_text() == "step-000003"
+    transformers = pytest.importorskip("transformers")
+    transformers.AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "step-000003" / "model")
+
+
+def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
+    args = cli(tmp_path, "--run.name=r", "--run.checkpoint_every=2", "--buffer.drop_uniform_groups=false")
+    proc = subprocess.Popen([*args, "--run.steps=400"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ckpts = tmp_path / "r" / "checkpoints"
+    deadline = time.monotonic() + 240
+    while not (ckpts / "step-000004").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its rollout worker, mid-run
+    proc.wait()
+    latest = int((ckpts / "latest").read_text().split("-")[1])
+    baseline = (tmp_path / "r" / "eval_baseline.json").read_text()
+
+    r = subprocess.run([*args, "--resume", f"--run.steps={latest + 2}"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "r" / "eval_baseline.json").read_text() == baseline  # no second warm-up
+    steps = [json.loads(line)["step"] for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert steps[-2:] == [latest + 1, latest + 2]
+
+    import torch
+
+    final = ckpts / f"step-{latest + 2:06d}"
+    state = json.loads((final / "state.json").read_text())
+    assert state["step"] == latest + 2 and state["version"] == latest + 2
+    opt = torch.load(final / "trainer.pt", weights_only=False)["optimizer"]
+    assert all(int(s["step"]) == latest + 2 for s in opt["state"].values())  # AdamW moments carried over
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == latest + 2
