@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for Tempering: system packages, a virtual environment in .venv, the
+# CPU build of torch, and the package with its test extras. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)   # the isolated sandbox
+command -v prlimit >/dev/null 2>&1 || need_apt+=(util-linux)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+# Pin torch first: on a CPU machine this takes the CPU wheel; a bare "torch" could pull CUDA.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
