@@ -1,0 +1,65 @@
+import pytest
+
+from tempering.config import Config, ConfigError, load_config
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_and_overrides(tmp_path):
+    p = write(tmp_path, "[trainer]\nlr = 0.001\n[tasks]\nweights = { arithmetic = 2.0 }\n")
+    cfg = load_config(p, ["--trainer.lr=5e-4", "--run.name=abc", "--tasks.weights.strings=1", "--buffer.max_staleness=0"])
+    assert cfg.trainer.lr == 5e-4 and cfg.run.name == "abc" and cfg.buffer.max_staleness == 0
+    assert cfg.tasks.weights == {"arithmetic": 2.0, "strings": 1.0}
+    assert isinstance(cfg, Config)
+    with pytest.raises(Exception):
+        cfg.trainer.lr = 1.0  # frozen
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[trainr]\nlr = 1\n", ["c.toml", "trainr", "unknown key"]),
+    ("[trainer]\nlrr = 1\n", ["c.toml", "trainer.lrr", "unknown key"]),
+    ("[trainer]\nlr = 'fast'\n", ["c.toml", "trainer.lr", "a number", "'fast'"]),
+    ("[trainer]\nlr = -1.0\n", ["c.toml", "trainer.lr", "> 0", "-1.0"]),
+    ("[rollout]\nsamples_per_task = 1.5\n", ["rollout.samples_per_task", "an integer"]),
+    ("[metrics]\ntensorboard = 1\n", ["metrics.tensorboard", "true or false"]),
+    ("[sandbox]\nbackend = 'docker'\n", ["sandbox.backend", "one of"]),
+    ("[model]\nhidden_size = 100\nnum_attention_heads = 3\n", ["model.hidden_size", "multiple"]),
+    ("[tasks]\nweights = { code = -1 }\n", ["tasks.weights.code", "weight > 0"]),
+    ("trainer = 3\n", ["trainer", "table"]),
+    ("[trainer\nlr=1", ["c.toml", "not valid TOML"]),
+])
+def test_bad_files_name_file_key_and_expectation(tmp_path, text, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text))
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+@pytest.mark.parametrize("override, words", [
+    ("--trainer.lrr=1", ["command line", "lrr", "unknown key"]),
+    ("--nosuch.key=1", ["command line", "nosuch"]),
+    ("--trainer.lr=abc", ["command line", "trainer.lr", "a number"]),
+    ("trainer.lr=1", ["--section.key=value"]),
+    ("--trainer=1", ["section and a key"]),
+])
+def test_bad_overrides(override, words):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config("does/not/exist.toml")
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    for p in sorted(Path(__file__).parent.parent.glob("configs/*.toml")):
+        load_config(p)
