@@ -1,0 +1,115 @@
+"""ctypes wrappers for the Linux calls the guest needs and Python 3.11's `os` module lacks.
+
+unshare, mount, prctl, capset and installing a seccomp program, plus `fork_into`, the one way
+the guest forks. This module holds no policy: `job.py` decides what to mount and what to
+drop. Linux with glibc only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+PR_SET_DUMPABLE = 4
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return ret
+
+
+def _c(s: str | None) -> bytes | None:
+    return None if s is None else s.encode()
+
+
+def fork_into(fn, *args) -> int:
+    """Fork; the child runs fn(*args) and exits with its return value, never returning into
+    the caller's code (1 if fn raised). Returns the child's pid to the parent."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = fn(*args)
+        finally:
+            os._exit(code)
+    return pid
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    ret = _libc.mount(_c(source), _c(target), _c(fstype), ctypes.c_ulong(flags), _c(data))
+    _check(ret, f"mount {target}")
+
+
+def bind_readonly(path: str) -> None:
+    """Make `path` a read-only view of itself (a bind mount needs a second call to become ro)."""
+    mount(path, path, None, MS_BIND | MS_REC)
+    mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
+    ret = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
+                      ctypes.c_ulong(0), ctypes.c_ulong(0))
+    return _check(ret, f"prctl({option})")
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets, so nothing this
+    process or any descendant executes can hold a capability, even in its own namespaces."""
+    # Drop until the kernel says EINVAL (past its last capability): reading cap_last_cap from
+    # a just-mounted /proc costs milliseconds.
+    for cap in range(64):
+        try:
+            prctl(PR_CAPBSET_DROP, cap)
+        except OSError as e:
+            if e.errno != errno.EINVAL or cap == 0:
+                raise
+            break
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = ctypes.create_string_buffer(struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0))
+    data = ctypes.create_string_buffer(bytes(24))  # two zeroed __user_cap_data_struct
+    _check(_libc.capset(header, data), "capset")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_seccomp(program: bytes) -> None:
+    """Install a classic-BPF seccomp program (8-byte sock_filter records) on this thread; it is
+    inherited by every child and survives execve. Requires no_new_privs (set it first)."""
+    assert len(program) % 8 == 0 and program, "a seccomp program is a non-empty list of sock_filter"
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(_libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                       ctypes.byref(fprog), ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")

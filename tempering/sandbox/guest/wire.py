@@ -1,0 +1,132 @@
+"""The byte formats between host and guest: length-prefixed JSON frames and one-byte signals.
+
+Frames are a 4-byte big-endian length and a UTF-8 JSON object; file contents travel base64
+encoded inside them. JSON, never pickle, because the host reads what the guest sends. Every
+reader takes a size limit and raises `ProtocolError` (a ValueError) on anything malformed.
+One-byte signals sent on the per-job socket: READY (the job's process, before exec),
+GO / ABORT (host's answer), ERROR (a frame with {"error": ...} follows). The control socket
+carries HELLO once, then JOB (with four descriptors) per job and PREPARE (make the next job's
+init now) once the host has moved the job into its cgroup.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import json
+import socket
+import struct
+
+HELLO, JOB, PREPARE = b"H", b"J", b"P"
+READY, GO, ABORT, ERROR = b"R", b"G", b"X", b"E"
+JOB_FDS = 4  # job socket, stdin (read end), stdout and stderr (write ends)
+
+_HEADER = struct.Struct(">I")
+
+
+class ProtocolError(ValueError):
+    """The other side sent something that is not a well-formed message."""
+
+
+def encode_frame(obj: dict) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return _HEADER.pack(len(data)) + data
+
+
+def send_frame(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(encode_frame(obj))
+
+
+def recv_frame(sock: socket.socket, limit: int) -> dict:
+    """Blocking read of one frame of at most `limit` bytes."""
+    (n,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    if n > limit:
+        raise ProtocolError(f"frame of {n} bytes exceeds the {limit}-byte limit")
+    return decode_body(_recv_exact(sock, n))
+
+
+def decode_body(data: bytes) -> dict:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"frame is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("frame is not a JSON object")
+    return obj
+
+
+class FrameReader:
+    """Incremental frame decoding for a non-blocking reader: `feed` bytes as they arrive;
+    `frame` is the decoded object once complete."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buf = bytearray()
+        self.frame: dict | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) >= _HEADER.size:
+            (n,) = _HEADER.unpack_from(self.buf)
+            if n > self.limit:
+                raise ProtocolError(f"frame of {n} bytes exceeds the {self.limit}-byte limit")
+            if len(self.buf) > _HEADER.size + n:
+                raise ProtocolError("bytes after the end of the frame")
+            if len(self.buf) == _HEADER.size + n:
+                self.frame = decode_body(bytes(self.buf[_HEADER.size:]))
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ProtocolError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def encode_files(files: dict[str, bytes]) -> dict[str, str]:
+    return {name: base64.b64encode(data).decode() for name, data in files.items()}
+
+
+def decode_files(obj: object, limit: int) -> dict[str, bytes]:
+    if not isinstance(obj, dict):
+        raise ProtocolError("files must be an object")
+    out, total = {}, 0
+    for name, text in obj.items():
+        if not isinstance(text, str):
+            raise ProtocolError(f"file {name!r} is not base64 text")
+        try:
+            out[name] = base64.b64decode(text, validate=True)
+        except ValueError:
+            raise ProtocolError(f"file {name!r} is not valid base64") from None
+        total += len(out[name])
+    if total > limit:
+        raise ProtocolError(f"files hold {total} bytes, over the {limit}-byte limit")
+    return out
+
+
+def send_fds(sock: socket.socket, tag: bytes, fds: list[int]) -> None:
+    sock.sendmsg([tag], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def recv_fds(sock: socket.socket, maxfds: int) -> tuple[bytes, list[int]]:
+    """A one-byte tag and the descriptors that came with it (close-on-exec); b"" at end of
+    stream. One byte exactly, so that on a stream socket a frame after the tag stays unread."""
+    fds = array.array("i")
+    msg, ancdata, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(maxfds * fds.itemsize),
+                                               socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def sender_pid(ancdata: list) -> int | None:
+    """The sender's pid from SCM_CREDENTIALS (the kernel translates it into our pid namespace)."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+            pid, _uid, _gid = struct.unpack("3i", data[:12])
+            return pid if pid > 0 else None
+    return None
