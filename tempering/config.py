@@ -89,21 +89,51 @@ class EngineConfig:
         _require(self.max_seq_len > 0, "engine.max_seq_len", "an integer > 0", self.max_seq_len)
 
 
+_SANDBOX_OWN_PATHS = ("/tmp", "/dev", "/proc", "/workspace", "/opt/tempering")
+
+
 @dataclass(frozen=True)
 class SandboxConfig:
-    backend: Literal["unisolated"] = "unisolated"
+    """Where and how model-written code runs. The isolated backend ("bwrap") is the default; the
+    limits below are the defaults for requests that do not set their own."""
+
+    backend: Literal["bwrap", "unisolated"] = "bwrap"
     allow_unisolated: bool = False  # the unisolated backend runs untrusted code only if this is true
-    workers: int = 4  # concurrent executions
+    workers: int = 4  # concurrent executions; also the number of warm sandboxes
+    warm_pool: bool = True  # keep `workers` sandboxes started so that a job starts in milliseconds
     time_limit_s: float = 5.0
     memory_mb: int = 256
-    output_limit_bytes: int = 65536
+    pids: int = 64  # processes and threads per job
+    cpus: float = 1.0  # CPU bandwidth per job, in cores
+    disk_mb: int = 64  # size of each per-job tmpfs: the workspace, /tmp and /dev/shm
+    output_limit_bytes: int = 65536  # stdout and stderr together
+    collect_limit_bytes: int = 1 << 20  # collected result files together
+    uid: int = 65534  # host uid the sandbox runs as when Tempering itself runs as root
+    bwrap: str = "bwrap"  # the bubblewrap executable, a name on PATH or a path
+    guest_python: str = "/usr/bin/python3"  # runs the sandbox's zygote (stdlib only)
+    ro_paths: tuple[str, ...] = ()  # extra host paths visible read-only inside, e.g. a venv
 
     def __post_init__(self) -> None:
         _require(self.workers > 0, "sandbox.workers", "an integer > 0", self.workers)
         _require(self.time_limit_s > 0, "sandbox.time_limit_s", "a number > 0", self.time_limit_s)
         _require(self.memory_mb >= 16, "sandbox.memory_mb", "an integer >= 16", self.memory_mb)
+        _require(self.pids >= 4, "sandbox.pids", "an integer >= 4", self.pids)
+        _require(0.01 <= self.cpus <= 1024, "sandbox.cpus", "a number in [0.01, 1024]", self.cpus)
+        _require(self.disk_mb >= 1, "sandbox.disk_mb", "an integer >= 1", self.disk_mb)
         _require(self.output_limit_bytes > 0, "sandbox.output_limit_bytes", "an integer > 0",
                  self.output_limit_bytes)
+        _require(self.collect_limit_bytes > 0, "sandbox.collect_limit_bytes", "an integer > 0",
+                 self.collect_limit_bytes)
+        _require(self.uid > 0, "sandbox.uid", "a non-root uid (> 0)", self.uid)
+        _require(bool(self.bwrap), "sandbox.bwrap", "a program name or path", self.bwrap)
+        _require(self.guest_python.startswith("/"), "sandbox.guest_python", "an absolute path",
+                 self.guest_python)
+        for p in self.ro_paths:
+            _require(p.startswith("/") and ".." not in p.split("/"), "sandbox.ro_paths",
+                     "absolute paths without '..'", p)
+            # the sandbox mounts its own filesystems over these, which would hide a bound path
+            _require(p.rstrip("/") != "" and not any(p == m or p.startswith(m + "/") for m in _SANDBOX_OWN_PATHS),
+                     "sandbox.ro_paths", f"paths outside {', '.join(_SANDBOX_OWN_PATHS)} and not /", p)
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,32 @@
-"""Choosing a sandbox backend from the `[sandbox]` config section, refusing unsafe choices."""
+"""Choosing a sandbox backend from the `[sandbox]` config section, refusing unsafe choices.
+
+The isolated backend ("bwrap", the default) runs the start-up check first and raises
+`SandboxUnavailable` naming what is missing; it never falls back silently. The unisolated
+backend runs only when `sandbox.allow_unisolated = true` says so explicitly.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tempering.config import SandboxConfig
+from tempering.sandbox.isolated import IsolatedSandbox
+from tempering.sandbox.probe import SandboxUnavailable, probe
 from tempering.sandbox.request import Sandbox
 from tempering.sandbox.unisolated import UnisolatedSandbox
 
-
-class SandboxUnavailable(RuntimeError):
-    """Isolation was asked for but this machine cannot provide it; the message says what is missing."""
+__all__ = ["SandboxUnavailable", "make_sandbox"]
 
 
-def make_sandbox(cfg: SandboxConfig) -> Sandbox:
+def make_sandbox(cfg: SandboxConfig, log_dir: str | Path | None = None) -> Sandbox:
+    """A started backend; `log_dir` (usually the run directory) receives sandbox.jsonl."""
     if cfg.backend == "unisolated":
         if not cfg.allow_unisolated:
             raise SandboxUnavailable(
                 "sandbox.backend = 'unisolated' runs model-written code with no isolation; "
                 "set sandbox.allow_unisolated = true to accept that explicitly"
             )
-        return UnisolatedSandbox()
+        return UnisolatedSandbox(log_dir=log_dir)
+    if cfg.backend == "bwrap":
+        return IsolatedSandbox(cfg, probe(cfg), log_dir=log_dir)
     raise SandboxUnavailable(f"sandbox.backend: unknown backend {cfg.backend!r}")

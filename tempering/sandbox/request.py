@@ -28,9 +28,15 @@ class ExecRequest:
             raise ValueError("ExecRequest.command must name a program")
         if self.time_limit_s <= 0 or self.memory_mb <= 0 or self.output_limit_bytes <= 0:
             raise ValueError(f"ExecRequest limits must be positive: {self}")
-        for name in self.files:
-            if name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(f"ExecRequest file name {name!r} must stay inside the workspace")
+        if self.pids <= 0:
+            raise ValueError(f"ExecRequest.pids must be positive: {self.pids}")
+        for name in (*self.files, *self.collect):
+            parts = name.split("/")
+            if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+                raise ValueError(f"ExecRequest file name {name!r} must be a plain path inside the workspace")
+        for key, value in self.env.items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"ExecRequest.env entry {key!r} is not a valid environment variable")
 
 
 class Sandbox(Protocol):

@@ -7,6 +7,7 @@ untrusted code unless `sandbox.allow_unisolated = true` says so explicitly.
 
 from __future__ import annotations
 
+import itertools
 import os
 import selectors
 import shutil
@@ -17,25 +18,36 @@ import time
 from pathlib import Path
 
 from tempering.records import ExecReason, ExecResult
+from tempering.sandbox.guest import collect
 from tempering.sandbox.request import ExecRequest
+from tempering.sandbox.telemetry import ExecLog
 
+_COLLECT_LIMIT = 1 << 20
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class UnisolatedSandbox:
     name = "unisolated"
 
+    def __init__(self, log_dir: str | Path | None = None) -> None:
+        self._log = ExecLog(log_dir) if log_dir is not None else None
+        self._ids = itertools.count()
+
     def run(self, request: ExecRequest) -> ExecResult:
         workspace = Path(tempfile.mkdtemp(prefix="tempering-ws-"))
         try:
-            return self._run_in(workspace, request)
+            result = self._run_in(workspace, request)
         except OSError as e:
-            return ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=f"{type(e).__name__}: {e}")
+            result = ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=f"{type(e).__name__}: {e}")
         finally:
             shutil.rmtree(workspace, ignore_errors=True)
+        if self._log is not None:
+            self._log.write(next(self._ids), self.name, request, result)
+        return result
 
     def close(self) -> None:
-        pass
+        if self._log is not None:
+            self._log.close()
 
     def _run_in(self, workspace: Path, req: ExecRequest) -> ExecResult:
         for name, data in req.files.items():
@@ -141,9 +153,5 @@ def _reason_from_exit(code: int, stderr: str) -> ExecReason:
 
 
 def _collect(workspace: Path, req: ExecRequest) -> dict[str, bytes]:
-    files = {}
-    for name in req.collect:
-        p = workspace / name
-        if p.is_file() and not p.is_symlink():
-            files[name] = p.read_bytes()[: req.output_limit_bytes]
+    files, _skipped = collect.collect(str(workspace), list(req.collect), _COLLECT_LIMIT)
     return files

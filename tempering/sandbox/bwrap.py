@@ -1,0 +1,86 @@
+"""What a sandbox looks like from inside, as a bubblewrap command line, and the files it needs.
+
+`Staging` is a private host directory holding a copy of the guest package and a minimal
+/etc (passwd, group, hosts); it is copied because the installed package may sit where the
+unprivileged sandbox user cannot read it. `command` builds the bwrap argv: every namespace
+unshared (user, pid, net, ipc, uts, cgroup), no further user namespaces, a clean environment,
+a new session, only the system directories and a few /etc files bound read-only, a read-only
+/dev and root, and the zygote as the program. Per-job mounts are the guest's (`guest.job`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tempering.sandbox import guest
+
+GUEST_ROOT = "/opt/tempering"  # the staged guest package appears here inside the sandbox
+GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec grants no capabilities)
+PATH = "/usr/local/bin:/usr/bin:/bin"
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
+        "protocols", "services", "mime.types", "ssl")
+_PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+           f"sandbox:x:{GUEST_UID}:{GUEST_UID}:sandbox:/workspace:/bin/sh\n"
+           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+_GROUP = f"root:x:0:\nsandbox:x:{GUEST_UID}:\nnogroup:x:65534:\n"
+_HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
+_ZYGOTE_MAIN = (f"import sys; sys.path.insert(0, {GUEST_ROOT!r}); from guest import zygote; "
+                "raise SystemExit(zygote.main(sys.argv))")
+
+
+@dataclass
+class Staging:
+    root: Path
+
+    @classmethod
+    def create(cls) -> "Staging":
+        root = Path(tempfile.mkdtemp(prefix="tempering-sandbox-"))
+        os.chmod(root, 0o755)  # the sandbox runs as an unprivileged uid that must read it
+        (root / "guest").mkdir(mode=0o755)
+        for src in Path(guest.__file__).parent.glob("*.py"):
+            shutil.copyfile(src, root / "guest" / src.name)
+            os.chmod(root / "guest" / src.name, 0o644)
+        (root / "etc").mkdir(mode=0o755)
+        for name, text in (("passwd", _PASSWD), ("group", _GROUP), ("hosts", _HOSTS)):
+            (root / "etc" / name).write_text(text)
+            os.chmod(root / "etc" / name, 0o644)
+        return cls(root)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str, ...],
+            disk_mb: int, disable_userns: bool) -> list[str]:
+    """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd."""
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(GUEST_UID), "--gid", str(GUEST_UID),
+            "--hostname", "sandbox", "--new-session", "--clearenv", "--setenv", "PATH", PATH,
+            # Only the zygote and each job's init hold these, to mount per-job filesystems;
+            # they are dropped (bounding set included) before any job code runs.
+            "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    if disable_userns:
+        argv.append("--disable-userns")
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for name in _ETC + tuple(os.path.basename(p) for p in glob.glob("/etc/python3*")):
+        if os.path.exists(f"/etc/{name}"):
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    for name in ("passwd", "group", "hosts"):
+        argv += ["--ro-bind", str(staging.root / "etc" / name), f"/etc/{name}"]
+    argv += ["--ro-bind", str(staging.root / "guest"), f"{GUEST_ROOT}/guest"]
+    for path in ro_paths:
+        argv += ["--ro-bind", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
+             "--dir", "/workspace", "--dir", "/tmp", "--remount-ro", "/",
+             guest_python, "-I", "-S", "-B", "-c", _ZYGOTE_MAIN, "{fd}", str(disk_mb)]
+    return argv

@@ -1,0 +1,273 @@
+"""The host side of one execution in a started sandbox, from request to `ExecResult`.
+
+It makes the job's cgroup, pipes and socket, hands the guest ends to a zygote, sends the job
+spec, moves the job's process (whose pid the kernel reports) into the cgroup before it may
+exec, then pumps stdin, stdout and stderr without blocking while enforcing the wall-clock
+deadline and the output cap from the host: either ends the job by killing its whole cgroup.
+The guest's report gives the exit status and collected files; the cgroup gives peak memory,
+CPU time and OOM kills. Failures of the machinery return `sandbox_error`, never raise.
+It does not choose zygotes (the pool does) or write the telemetry log (the backend does).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+
+from tempering.records import ExecReason, ExecResult
+from tempering.sandbox.cgroups import CgroupError, JobGroup, Stats, Tree
+from tempering.sandbox.guest import wire
+from tempering.sandbox.request import ExecRequest
+from tempering.sandbox.zygote import Zygote
+
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8", "USER": "sandbox", "PYTHONDONTWRITEBYTECODE": "1"}
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The per-sandbox knobs a job needs beyond its request."""
+
+    cpus: float
+    disk_mb: int
+    collect_limit_bytes: int
+    setup_timeout_s: float = 10.0  # to hand over the job and hear READY
+    grace_s: float = 2.0  # after a kill, for the guest's report
+
+
+@dataclass
+class Outcome:
+    result: ExecResult
+    healthy: bool  # False: the zygote misbehaved and must not serve another job
+    skipped: dict = field(default_factory=dict)  # collect names refused, with why
+    setup_s: float = 0.0
+
+
+def execute(zygote: Zygote, req: ExecRequest, tree: Tree, settings: Settings) -> Outcome:
+    started = time.monotonic()
+    try:
+        group = tree.job(req.memory_mb << 20, req.pids, settings.cpus)
+    except CgroupError as e:
+        return Outcome(_error(str(e)), healthy=True)
+    channels = _Channels()
+    try:
+        return _run(zygote, req, group, channels, settings, started)
+    except (OSError, CgroupError, wire.ProtocolError) as e:
+        return Outcome(_error(f"{type(e).__name__}: {e}"), healthy=False)
+    finally:
+        channels.close()
+        try:
+            group.close()
+        except (OSError, CgroupError):
+            pass  # Tree.close() retries; the result already stands
+
+
+def _run(zygote, req, group: JobGroup, ch: "_Channels", settings: Settings, started: float) -> Outcome:
+    zygote.dispatch(ch.guest_fds)
+    ch.close_guest_ends()
+    ch.sock.settimeout(settings.setup_timeout_s)
+    wire.send_frame(ch.sock, _spec(req, settings))
+    pid = _await_ready(ch.sock)
+    if isinstance(pid, str):
+        return Outcome(_error(pid), healthy=True)
+    try:
+        group.add(pid)
+    except OSError as e:
+        ch.sock.sendall(wire.ABORT)
+        return Outcome(_error(f"cannot move the job into its cgroup: {e}"), healthy=False)
+    ch.sock.sendall(wire.GO)
+    go = time.monotonic()
+    zygote.prepare_next()
+    pump = _Pump(ch, req, group, settings)
+    pump.run(go + req.time_limit_s)
+    wall = time.monotonic() - go
+    stats = group.stats()
+    return _outcome(req, pump, stats, wall, settings, setup_s=go - started)
+
+
+def _spec(req: ExecRequest, settings: Settings) -> dict:
+    mem = req.memory_mb << 20
+    cpu = int(req.time_limit_s) + 1  # backstop only: the host's deadline comes first
+    return {
+        "argv": list(req.command), "env": {**BASE_ENV, **req.env},
+        "files": wire.encode_files(dict(req.files)), "collect": list(req.collect),
+        "collect_limit": settings.collect_limit_bytes,
+        # RLIMIT_AS is a loose backstop (4x): the cgroup is the real memory limit, and a tight
+        # address-space limit breaks runtimes that reserve virtual memory up front.
+        "rlimits": {"AS": [max(4 * mem, 1 << 30)] * 2, "CPU": [cpu, cpu + 1],
+                    "FSIZE": [settings.disk_mb << 20] * 2, "CORE": [0, 0], "NOFILE": [1024, 1024]},
+    }
+
+
+def _await_ready(sock: socket.socket) -> int | str:
+    """The job process's host pid once it says READY, or the guest's error message."""
+    msg, ancdata, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(12))
+    if msg == wire.READY:
+        pid = wire.sender_pid(ancdata)
+        return pid if pid is not None else "the job process sent no credentials"
+    if msg == wire.ERROR:
+        return str(wire.recv_frame(sock, 1 << 16).get("error", "unknown guest error"))
+    return f"the guest ended before the job started (got {msg!r})"
+
+
+class _Channels:
+    """The job's socket and pipes; the guest's ends go to the zygote and are closed here."""
+
+    def __init__(self) -> None:
+        self.sock, guest_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        stdin_r, self.stdin_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        self._guest_sock = guest_sock
+        self.guest_fds = [guest_sock.fileno(), stdin_r, out_w, err_w]
+        self._open = [self.stdin_w, self.out_r, self.err_r, stdin_r, out_w, err_w]
+
+    def close_guest_ends(self) -> None:
+        self._guest_sock.close()
+        for fd in self.guest_fds[1:]:
+            self.close_fd(fd)
+
+    def close_fd(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.remove(fd)
+            os.close(fd)
+
+    def close(self) -> None:
+        self._guest_sock.close()
+        self.sock.close()
+        for fd in list(self._open):
+            self.close_fd(fd)
+
+
+class _Pump:
+    """Moves bytes between the host and a running job until the guest reports."""
+
+    def __init__(self, ch: _Channels, req: ExecRequest, group: JobGroup, settings: Settings) -> None:
+        self.ch, self.req, self.group, self.settings = ch, req, group, settings
+        self.out, self.err = bytearray(), bytearray()
+        self.seen = 0  # output bytes received, kept or not
+        self.ended_by: ExecReason | None = None
+        self.report = wire.FrameReader(settings.collect_limit_bytes * 2 + (1 << 20))
+        self.guest_gone = False
+        self.stdin = memoryview(req.stdin)
+
+    def run(self, deadline: float) -> None:
+        ch = self.ch
+        ch.sock.setblocking(False)
+        for fd in (ch.out_r, ch.err_r):
+            os.set_blocking(fd, False)
+        os.set_blocking(ch.stdin_w, False)
+        poll = select.poll()
+        for fd in (ch.sock.fileno(), ch.out_r, ch.err_r):
+            poll.register(fd, select.POLLIN)
+        if self.stdin:
+            poll.register(ch.stdin_w, select.POLLOUT)
+        else:
+            ch.close_fd(ch.stdin_w)
+        final = None  # after a kill: how long the guest has left to report
+        while self.report.frame is None and not self.guest_gone:
+            now = time.monotonic()
+            if self.ended_by is None and now >= deadline:
+                self._end(ExecReason.TIMEOUT)
+            if self.ended_by is not None and final is None:
+                final = time.monotonic() + self.settings.grace_s
+            if final is not None and now >= final:
+                break
+            wait = (final if final is not None else deadline) - now
+            for fd, _ in poll.poll(max(0, int(wait * 1000)) + 1):
+                self._service(poll, fd)
+        for fd in (ch.out_r, ch.err_r):  # the job's processes are gone: drain what they wrote
+            while self._read_output(fd):
+                pass
+
+    def _service(self, poll: select.poll, fd: int) -> None:
+        ch = self.ch
+        if fd == ch.sock.fileno():
+            try:
+                data = ch.sock.recv(_CHUNK)
+            except BlockingIOError:
+                return
+            if not data:
+                self.guest_gone = True
+                poll.unregister(fd)
+            else:
+                self.report.feed(data)
+        elif fd == ch.stdin_w:
+            try:
+                n = os.write(fd, self.stdin[:_CHUNK])
+            except BlockingIOError:
+                return
+            except BrokenPipeError:
+                n = len(self.stdin)
+            self.stdin = self.stdin[n:]
+            if not self.stdin:
+                poll.unregister(fd)
+                ch.close_fd(fd)
+        elif not self._read_output(fd):
+            poll.unregister(fd)
+
+    def _read_output(self, fd: int) -> bool:
+        """Read one chunk; False at end of file or when nothing is waiting."""
+        try:
+            data = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return False
+        if not data:
+            return False
+        self.seen += len(data)
+        room = self.req.output_limit_bytes - len(self.out) - len(self.err)
+        (self.out if fd == self.ch.out_r else self.err).extend(data[:max(0, room)])
+        if self.seen > self.req.output_limit_bytes and self.ended_by is None:
+            self._end(ExecReason.OUTPUT_LIMIT)
+        return True
+
+    def _end(self, reason: ExecReason) -> None:
+        self.ended_by = reason
+        self.group.kill()
+
+
+def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, setup_s: float) -> Outcome:
+    frame = pump.report.frame
+    stdout, stderr = pump.out.decode(errors="replace"), pump.err.decode(errors="replace")
+    common = dict(stdout=stdout, stderr=stderr, truncated=pump.seen > req.output_limit_bytes,
+                  wall_s=wall, cpu_s=stats.cpu_s, peak_memory_mb=stats.peak_bytes / 2**20)
+    if frame is None:
+        if pump.ended_by is not None:  # killed, and the guest did not report in time
+            result = ExecResult(reason=pump.ended_by, exit_code=-signal.SIGKILL, **common)
+            return Outcome(result, healthy=False, setup_s=setup_s)
+        return Outcome(_error("the job's init ended without reporting", **common), healthy=False,
+                       setup_s=setup_s)
+    status = frame.get("status")
+    if not isinstance(status, int):
+        raise wire.ProtocolError(f"report without an exit status: {sorted(frame)}")
+    exit_code = os.waitstatus_to_exitcode(status)
+    files = wire.decode_files(frame.get("files", {}), settings.collect_limit_bytes)
+    skipped = frame.get("skipped", {})
+    reason = _reason(pump.ended_by, exit_code, stats, stderr)
+    result = ExecResult(reason=reason, exit_code=exit_code, files=files, **common)
+    return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
+                   setup_s=setup_s)
+
+
+def _reason(ended_by: ExecReason | None, exit_code: int, stats: Stats, stderr: str) -> ExecReason:
+    if ended_by is not None:
+        return ended_by
+    if exit_code == 0:
+        return ExecReason.OK
+    if stats.oom_kills > 0 or "MemoryError" in stderr[-2000:]:
+        return ExecReason.OOM
+    if exit_code == -signal.SIGXCPU:
+        return ExecReason.TIMEOUT  # the CPU-time rlimit backstop fired
+    if exit_code < 0:
+        return ExecReason.KILLED
+    return ExecReason.NONZERO_EXIT
+
+
+def _error(message: str, **fields) -> ExecResult:
+    return ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=message, **fields)

@@ -1,0 +1,131 @@
+"""The isolated backend as a component: results, telemetry, warm and cold starts, recovery from
+a dead sandbox, concurrent callers, and the start-up check."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox_helpers import needs_bwrap, py
+from tempering.config import ConfigError, SandboxConfig, load_config
+from tempering.records import ExecReason
+from tempering.sandbox import ExecRequest, make_sandbox
+from tempering.sandbox.factory import SandboxUnavailable
+from tempering.sandbox.telemetry import FILENAME
+
+
+def test_isolated_backend_is_the_default():
+    cfg = SandboxConfig()
+    assert cfg.backend == "bwrap" and cfg.warm_pool and not cfg.allow_unisolated
+
+
+def test_missing_bwrap_is_named_in_a_clear_error():
+    with pytest.raises(SandboxUnavailable) as e:
+        make_sandbox(SandboxConfig(bwrap="/nonexistent/bwrap"))
+    msg = str(e.value)
+    assert "bubblewrap" in msg and "/nonexistent/bwrap" in msg and "allow_unisolated" in msg
+
+
+def test_unisolated_needs_the_explicit_flag():
+    with pytest.raises(SandboxUnavailable, match="allow_unisolated"):
+        make_sandbox(SandboxConfig(backend="unisolated"))
+    sb = make_sandbox(SandboxConfig(backend="unisolated", allow_unisolated=True))
+    try:
+        assert sb.run(py("print(6 * 7)")).stdout == "42\n"
+    finally:
+        sb.close()
+
+
+def test_config_refuses_paths_the_sandbox_mounts_over():
+    for bad in ("/tmp/venv", "/", "relative", "/proc/1"):
+        with pytest.raises(ConfigError, match="sandbox.ro_paths"):
+            SandboxConfig(ro_paths=(bad,))
+    assert load_config(None, ["--sandbox.ro_paths=['/srv/venv']"]).sandbox.ro_paths == ("/srv/venv",)
+
+
+@needs_bwrap
+def test_results_carry_output_exit_codes_and_telemetry(sandbox):
+    r = sandbox.run(ExecRequest(command=("python3", "-c", "import sys; print(sys.stdin.read()[::-1]); "
+                                         "import os; print(os.environ['K']); sys.exit(3)"),
+                                stdin=b"abc", env={"K": "v"}))
+    assert r.reason == ExecReason.NONZERO_EXIT and r.exit_code == 3
+    assert r.stdout == "cba\nv\n" and r.start == "warm"
+    assert r.wall_s > 0 and r.cpu_s > 0 and r.peak_memory_mb > 0
+    missing = sandbox.run(ExecRequest(command=("no-such-program",)))
+    assert missing.reason == ExecReason.NONZERO_EXIT and missing.exit_code == 127
+    assert "cannot execute 'no-such-program'" in missing.stderr
+    killed = sandbox.run(py("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"))
+    assert killed.reason == ExecReason.KILLED and killed.exit_code == -signal.SIGSEGV
+    files = sandbox.run(ExecRequest(command=("sh", "-c", "cat in/a.txt > out.txt"),
+                                    files={"in/a.txt": b"payload"}, collect=("out.txt",)))
+    assert files.ok and files.files == {"out.txt": b"payload"}
+    log = Path(sandbox._log.path)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[-1]["reason"] == "ok" and lines[-1]["files"] == ["out.txt"]
+    assert {"wall_s", "cpu_s", "peak_memory_mb", "start", "exit_code", "setup_s"} <= set(lines[-1])
+    assert log.name == FILENAME
+
+
+@needs_bwrap
+def test_concurrent_callers_beyond_the_pool_get_cold_sandboxes(sandbox):
+    results = []
+    lock = threading.Lock()
+
+    def call(i):
+        r = sandbox.run(py(f"import time; time.sleep(0.3); print({i})"))
+        with lock:
+            results.append(r)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(int(r.stdout) for r in results) == [0, 1, 2, 3]
+    assert all(r.ok for r in results)
+    starts = sorted(r.start for r in results)
+    assert starts.count("warm") <= 2 and "cold" in starts  # two warm sandboxes for four callers
+
+
+@needs_bwrap
+def test_a_killed_sandbox_is_replaced(sandbox_cfg):
+    sb = make_sandbox(dataclasses.replace(sandbox_cfg, workers=1))
+    try:
+        zygote = sb._pool._idle[0]
+        os.kill(zygote.pid, signal.SIGKILL)
+        zygote.proc.wait(timeout=5)
+        r = sb.run(py("print('after')"))
+        assert r.ok and r.stdout == "after\n" and r.start == "cold"
+        again = sb.run(py("print('warm again')"))
+        assert again.ok and again.start == "warm"
+    finally:
+        sb.close()
+
+
+@needs_bwrap
+def test_without_a_warm_pool_every_start_is_cold(sandbox_cfg):
+    sb = make_sandbox(dataclasses.replace(sandbox_cfg, warm_pool=False))
+    try:
+        assert [sb.run(py("pass")).start for _ in range(2)] == ["cold", "cold"]
+    finally:
+        sb.close()
+
+
+@needs_bwrap
+def test_close_ends_every_sandbox_process(sandbox_cfg):
+    from sandbox_helpers import sandbox_processes, wait_until
+
+    before = set(sandbox_processes())
+    sb = make_sandbox(sandbox_cfg)
+    sb.run(py("pass"))
+    assert set(sandbox_processes()) - before
+    tree = sb._tree
+    sb.close()
+    assert wait_until(lambda: not (set(sandbox_processes()) - before))
+    assert not any(os.path.exists(f"{d}/{tree.name}") for d in tree.detection.dirs.values())
