@@ -81,12 +81,35 @@ class TokenizerConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """The rollout engine: paged KV blocks, prefix cache, continuous batching, KV storage and
+    attention options. Sizes are in tokens unless named otherwise."""
+
     max_batch_size: int = 256  # sequences decoded together
-    max_seq_len: int = 512
+    max_seq_len: int = 512  # prompt + generated tokens of one sequence
+    block_size: int = 16  # tokens per KV block
+    kv_blocks: int = 0  # KV blocks in the pool; 0 = enough for max_batch_size full-length sequences
+    max_batched_tokens: int = 512  # tokens per engine step: decodes plus chunks of prefill
+    prefix_cache: bool = True  # reuse full KV blocks across requests (salted by policy version)
+    kv_dtype: Literal["fp32", "int8"] = "fp32"  # int8: per-token scales, about 0.27x the bytes
+    sliding_window: int = 0  # > 0: attend to the last this-many tokens (plus sinks); bounded KV
+    attention_sinks: int = 0  # first tokens every query keeps attending to (with sliding_window)
+    attention: Literal["sdpa", "flex"] = "sdpa"  # flex: block-sparse flex_attention for prefill
+    compile_flex: bool = False  # compile flex_attention (faster, compiles on first use)
+    request_timeout_s: float = 600.0  # the server's deadline for one request
 
     def __post_init__(self) -> None:
         _require(self.max_batch_size > 0, "engine.max_batch_size", "an integer > 0", self.max_batch_size)
         _require(self.max_seq_len > 0, "engine.max_seq_len", "an integer > 0", self.max_seq_len)
+        _require(self.block_size > 0, "engine.block_size", "an integer > 0", self.block_size)
+        _require(self.kv_blocks >= 0, "engine.kv_blocks", "an integer >= 0 (0 = auto)", self.kv_blocks)
+        _require(self.max_batched_tokens > 0, "engine.max_batched_tokens", "an integer > 0",
+                 self.max_batched_tokens)
+        _require(self.sliding_window >= 0, "engine.sliding_window", "an integer >= 0 (0 = off)",
+                 self.sliding_window)
+        _require(self.attention_sinks >= 0, "engine.attention_sinks", "an integer >= 0", self.attention_sinks)
+        _require(self.sliding_window > 0 or self.attention_sinks == 0, "engine.attention_sinks",
+                 "0 unless sliding_window > 0", self.attention_sinks)
+        _require(self.request_timeout_s > 0, "engine.request_timeout_s", "a number > 0", self.request_timeout_s)
 
 
 _SANDBOX_OWN_PATHS = ("/tmp", "/dev", "/proc", "/workspace", "/opt/tempering")

@@ -94,7 +94,7 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
         torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + spec.first_batch)
     tokenizer = load_tokenizer(spec.tokenizer_dir)
-    engine = LLM(Decoder(spec.arch), tokenizer, spec.engine.max_batch_size, spec.engine.max_seq_len)
+    engine = LLM(Decoder(spec.arch), tokenizer, spec.engine)
     engine.version = -1
     pool = TaskPool(spec.tasks, seed_offset=spec.first_batch)
     reward = RewardService(spec.reward, make_sandbox(spec.sandbox))

@@ -173,7 +173,7 @@ def warm_up(run: Run) -> None:
 
 
 def run_eval(run: Run, label: str) -> EvalResult:
-    engine = LLM(run.model, run.tokenizer, run.cfg.engine.max_batch_size, run.cfg.engine.max_seq_len)
+    engine = LLM(run.model, run.tokenizer, run.cfg.engine)
     result = evaluate(engine, run.tokenizer, run.reward, run.pool.heldout(), run.cfg.eval.max_tokens)
     (run.dir / f"eval_{label}.json").write_text(json.dumps(dataclasses.asdict(result), indent=2))
     print(f"[tempering] {label} held-out accuracy {result.accuracy:.3f} "

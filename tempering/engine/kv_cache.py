@@ -1,51 +1,78 @@
-"""A contiguous per-sequence KV cache and the attention that reads it.
+"""`KVPool`: the paged KV storage, one tensor per layer for keys and one for values.
 
-Rows are sequences; row i holds `lengths[i]` valid positions. Prefill runs right-padded, so a
-row's real tokens never attend to padding and the padding slots are simply overwritten later.
-Decode writes each row's new key/value at its own length and masks keys beyond it. Rows of
-finished sequences are dropped by `keep`. This is the first engine's cache: memory is
-`rows x max_len`, with no paging and no sharing between rows.
+Layout is slot-major, `[num_blocks * block_size, kv_heads, head_dim]`, where slot =
+block * block_size + offset: writing a step's tokens is one `index_copy_` and reading a batch's
+context is one `index_select` per layer into a buffer reused by every layer (measured here:
+gathering slot-major rows is about 3x cheaper than head-major ones, and attention over the
+gathered view is cheaper too). With `dtype="int8"` values are stored quantized with per-token
+scales (see kv_quant) and dequantized on gather. This module knows nothing of sequences.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from tempering.engine.kv_quant import dequantize, quantize
 
 
-class KVCache:
-    def __init__(self, layers: int, rows: int, kv_heads: int, max_len: int, head_dim: int,
-                 dtype: torch.dtype = torch.float32):
-        shape = (rows, kv_heads, max_len, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
-        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(layers)]
-        self.lengths = torch.zeros(rows, dtype=torch.long)
-        self.mode = "prefill"
+class KVPool:
+    def __init__(self, layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+                 dtype: str = "fp32"):
+        if dtype not in ("fp32", "int8"):
+            raise ValueError(f"KVPool: kv dtype must be 'fp32' or 'int8', got {dtype!r}")
+        self.block_size, self.kv_heads, self.head_dim = block_size, kv_heads, head_dim
+        self.quantized = dtype == "int8"
+        slots = num_blocks * block_size
+        store = torch.int8 if self.quantized else torch.float32
+        # torch.empty: pages are only touched (and counted by the OS) once written.
+        self.k = [torch.empty(slots, kv_heads, head_dim, dtype=store) for _ in range(layers)]
+        self.v = [torch.empty(slots, kv_heads, head_dim, dtype=store) for _ in range(layers)]
+        if self.quantized:
+            self.k_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
+            self.v_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
+        self._buf_k = self._buf_v = torch.empty(0)
 
     @property
     def bytes_per_token(self) -> int:
-        k = self.k[0]
-        return 2 * len(self.k) * k.shape[1] * k.shape[3] * k.element_size()
+        """Stored bytes per token position over all layers, keys and values, scales included."""
+        per = self.kv_heads * self.head_dim * (1 if self.quantized else 4)
+        if self.quantized:
+            per += self.kv_heads * 2  # the fp16 scale
+        return 2 * len(self.k) * per
 
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """The `Attention` callable the decoder runs with; updates the cache as a side effect."""
-        gqa = q.shape[1] != k.shape[1]
-        if self.mode == "prefill":
-            t = k.shape[2]
-            self.k[layer][:, :, :t] = k
-            self.v[layer][:, :, :t] = v
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        rows = torch.arange(q.shape[0])
-        self.k[layer][rows, :, self.lengths] = k[:, :, 0]
-        self.v[layer][rows, :, self.lengths] = v[:, :, 0]
-        span = int(self.lengths.max()) + 1
-        mask = torch.arange(span)[None, :] <= self.lengths[:, None]
-        return F.scaled_dot_product_attention(
-            q, self.k[layer][:, :, :span], self.v[layer][:, :, :span],
-            attn_mask=mask[:, None, None, :], enable_gqa=gqa)
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """slots [N]; k, v [N, kv_heads, head_dim]."""
+        if self.quantized:
+            qk, sk = quantize(k)
+            qv, sv = quantize(v)
+            self.k[layer].index_copy_(0, slots, qk)
+            self.v[layer].index_copy_(0, slots, qv)
+            self.k_scale[layer].index_copy_(0, slots, sk)
+            self.v_scale[layer].index_copy_(0, slots, sv)
+        else:
+            self.k[layer].index_copy_(0, slots, k)
+            self.v[layer].index_copy_(0, slots, v)
 
-    def gather(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (in that order): drop finished sequences or fan a prompt out to n."""
-        self.k = [t.index_select(0, index) for t in self.k]
-        self.v = [t.index_select(0, index) for t in self.v]
-        self.lengths = self.lengths.index_select(0, index)
+    def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """index [M] slots -> k, v [M, kv_heads, head_dim] fp32, valid until the next gather."""
+        m = index.numel()
+        if self._buf_k.shape[0] < m:
+            shape = (max(m, 2 * self._buf_k.shape[0]), self.kv_heads, self.head_dim)
+            self._buf_k, self._buf_v = torch.empty(shape), torch.empty(shape)
+        bk, bv = self._buf_k[:m], self._buf_v[:m]
+        if not self.quantized:
+            torch.index_select(self.k[layer], 0, index, out=bk)
+            torch.index_select(self.v[layer], 0, index, out=bv)
+            return bk, bv
+        dequantize(self.k[layer].index_select(0, index), self.k_scale[layer].index_select(0, index), out=bk)
+        dequantize(self.v[layer].index_select(0, index), self.v_scale[layer].index_select(0, index), out=bv)
+        return bk, bv
+
+    def copy_block(self, src: int, dst: int, count: int) -> None:
+        """Copy the first `count` slots of block `src` into block `dst` in every layer (fork)."""
+        bs = self.block_size
+        a, b = slice(src * bs, src * bs + count), slice(dst * bs, dst * bs + count)
+        tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.quantized else [])
+        for per_layer in tensors:
+            for t in per_layer:
+                t[b] = t[a]

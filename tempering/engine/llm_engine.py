@@ -1,66 +1,87 @@
-"""`LLM`: batched generation over the shared decoder, with per-token logprobs and versions.
+"""`LLM`: the engine loop over the shared decoder, with vLLM's names.
 
-`generate` expands each request into its n sequences, prefills each distinct prompt once, fans
-the prompt's KV out to its samples, then decodes all sequences together, dropping finished ones
-from the batch. `load_weights(state, version)` swaps the policy in place; every generated token
-is tagged with the version that produced it. Paged KV, prefix caching across calls and
-continuous batching are not in this first engine.
+`generate(prompts, params)` adds requests and steps until they finish. `add_request`, `step` and
+`abort` are the same loop taken apart, for the server and for partial rollouts: `abort` returns
+the tokens, logprobs and versions produced so far, and `add_request(..., resume=outputs)`
+continues them later, possibly under new weights. Each step: schedule, run the model once over
+all scheduled tokens, register newly filled blocks in the prefix cache, fork the siblings of
+freshly prefilled prompts (n > 1: they share the prompt's blocks), sample, and release the blocks
+of finished sequences at once. `load_weights(state, version)` swaps the policy in place; no KV
+computed under an older version is reused afterwards (running sequences are recomputed and the
+prefix cache is salted by version). The component modules hold the mechanics.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import fields, replace
+from typing import Mapping, Sequence as Seq
 
 import torch
 
-from tempering.engine.kv_cache import KVCache
+from tempering.config import EngineConfig
+from tempering.engine.block_manager import BlockManager
+from tempering.engine.kv_cache import KVPool
+from tempering.engine.model_runner import ModelRunner
+from tempering.engine.outputs import CompletionOutput, RequestOutput
 from tempering.engine.sampler import sample
 from tempering.engine.sampling_params import SamplingParams
+from tempering.engine.scheduler import Scheduler
+from tempering.engine.sequence import Request, Sequence, Status
 from tempering.models import Decoder
 
-
-@dataclass
-class CompletionOutput:
-    index: int
-    token_ids: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    text: str
-    finish_reason: str  # "stop" | "length"
-
-
-@dataclass
-class RequestOutput:
-    request_id: int
-    prompt_token_ids: list[int]
-    outputs: list[CompletionOutput] = field(default_factory=list)
-
-
-@dataclass
-class _Seq:
-    request: int
-    index: int
-    prompt: list[int]
-    params: SamplingParams
-    generator: torch.Generator | None
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: str = ""
+_CONFIG_NAMES = {f.name for f in fields(EngineConfig)}
 
 
 class LLM:
-    def __init__(self, model: Decoder, tokenizer=None, max_batch_size: int = 256, max_seq_len: int = 2048,
-                 eos_token_ids: Sequence[int] = ()):
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self.max_batch_size = max_batch_size
-        self.max_seq_len = max_seq_len
+    def __init__(self, model: Decoder, tokenizer=None, config: EngineConfig | None = None,
+                 eos_token_ids: Seq[int] = (), **overrides):
+        """`overrides` are EngineConfig fields, e.g. LLM(model, max_seq_len=256)."""
+        unknown = sorted(set(overrides) - _CONFIG_NAMES)
+        if unknown:
+            raise ValueError(f"LLM: unknown engine options {unknown} (known: {sorted(_CONFIG_NAMES)})")
+        cfg = replace(config or EngineConfig(), **overrides)
+        if cfg.max_batched_tokens < cfg.max_batch_size:
+            raise ValueError(f"LLM: max_batched_tokens ({cfg.max_batched_tokens}) must be >= max_batch_size "
+                             f"({cfg.max_batch_size}) so every running sequence can decode each step")
+        self.cfg, self.model, self.tokenizer = cfg, model.eval(), tokenizer
         eos = list(eos_token_ids) or ([tokenizer.eos_id] if tokenizer is not None else [])
         self.eos_token_ids = frozenset(eos)
-        self.version = 0
-        self.stats = {"prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
+        arch = model.arch
+        self.pool = KVPool(arch.num_hidden_layers, self._num_blocks(), cfg.block_size, arch.num_key_value_heads,
+                           arch.head_dim, cfg.kv_dtype)
+        self.blocks = BlockManager(self._num_blocks(), cfg.block_size, cfg.prefix_cache)
+        self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens)
+        self.runner = ModelRunner(model, self.pool, cfg.sliding_window, cfg.attention_sinks,
+                                  cfg.attention == "flex", cfg.compile_flex)
+        self.requests: dict[int, Request] = {}
+        self._forks: dict[int, list[Sequence]] = {}  # request id -> siblings waiting for sample 0
+        self._ids = itertools.count()
+        self._version = 0
+        self.stats = {"prompt_tokens": 0, "computed_tokens": 0, "generated_tokens": 0, "steps": 0,
+                      "seconds": 0.0, "allocated_slot_steps": 0, "unused_slot_steps": 0, "peak_blocks": 0}
+
+    def _num_blocks(self) -> int:
+        c = self.cfg
+        if c.kv_blocks:
+            return c.kv_blocks
+        per_seq = c.max_seq_len
+        if c.sliding_window:  # sinks + window + one chunk in flight bound what a sequence holds
+            per_seq = min(per_seq, c.attention_sinks + c.sliding_window + c.max_batched_tokens + 2 * c.block_size)
+        return c.max_batch_size * -(-per_seq // c.block_size) + 1
+
+    # -- weights and versions -----------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        if value != self._version:
+            self.scheduler.preempt_all()  # their KV came from the old weights
+            self.blocks.clear_cache()
+        self._version = value
 
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
@@ -71,106 +92,197 @@ class LLM:
             raise ValueError(f"load_weights: unknown tensors {unknown[:5]}")
         for name, tensor in state.items():
             own[name].copy_(tensor)
-        self.version = version
+        self.scheduler.preempt_all()
+        self.blocks.clear_cache()
+        self._version = version
 
-    def generate(self, prompts: Sequence[str] | Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] = SamplingParams()) -> list[RequestOutput]:
+    # -- requests -------------------------------------------------------------------------------
+    def generate(self, prompts: Seq[str] | Seq[Seq[int]],
+                 params: SamplingParams | Seq[SamplingParams] = SamplingParams()) -> list[RequestOutput]:
+        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
+        if len(plist) != len(prompts):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
+        ids = [self._encode(p) for p in prompts]  # all validated before any is queued
+        for i, p in zip(ids, plist):
+            self._check(i, p)
+        rids = [self.add_request(i, p) for i, p in zip(ids, plist)]
+        done: dict[int, RequestOutput] = {}
+        while len(done) < len(rids):
+            for out in self.step():
+                done[out.request_id] = out
+        return [done[r] for r in rids]
+
+    def add_request(self, prompt: str | Seq[int], params: SamplingParams = SamplingParams(),
+                    resume: Seq[CompletionOutput] = ()) -> int:
+        """Queue one request; `resume` (the n outputs of an aborted request) continues them."""
+        ids = self._encode(prompt)
+        self._check(ids, params)
+        if resume and len(resume) != params.n:
+            raise ValueError(f"add_request: resume has {len(resume)} outputs but params.n is {params.n}")
+        rid = next(self._ids)
+        seqs = [Sequence(rid, i, list(ids), len(ids), params, len(ids) + params.max_tokens, _generator(params, i))
+                for i in range(params.n)]
+        for seq, prior in zip(seqs, resume):
+            seq.tokens += prior.token_ids
+            seq.logprobs, seq.versions = list(prior.logprobs), list(prior.versions)
+            if prior.finish_reason in ("stop", "length") or len(seq.tokens) >= seq.max_len:
+                seq.status, seq.finish_reason = Status.FINISHED, prior.finish_reason or "length"
+        self.requests[rid] = Request(rid, list(ids), params, seqs)
+        self.stats["prompt_tokens"] += len(ids)
+        live = [s for s in seqs if s.status is not Status.FINISHED]
+        if params.n > 1 and not resume:
+            self._forks[rid] = live[1:]  # they wait for sample 0 to compute the shared prompt
+            for s in live[1:]:
+                s.status = Status.FORK_PENDING
+            live = live[:1]
+        for s in live:
+            self.scheduler.add(s)
+        return rid
+
+    def abort(self, request_id: int) -> RequestOutput:
+        """Stop a request now. -> what it generated so far (finish_reason "abort")."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            raise ValueError(f"abort: no unfinished request {request_id}")
+        self._forks.pop(request_id, None)
+        for seq in req.seqs:
+            if seq.status is not Status.FINISHED:
+                self.scheduler.remove(seq)
+                self.blocks.release(seq)
+                seq.status, seq.finish_reason = Status.FINISHED, "abort"
+        return self._output(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # -- the loop -------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One engine step. -> outputs of the requests that finished in it."""
+        if not self.requests:
+            return []
         start = time.perf_counter()
-        prompt_ids = [self._encode(p) for p in prompts]
-        plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompt_ids)
-        if len(plist) != len(prompt_ids):
-            raise ValueError(f"generate: {len(prompt_ids)} prompts but {len(plist)} SamplingParams")
-        seqs = [_Seq(r, i, ids, p, _generator(p, i)) for r, (ids, p) in enumerate(zip(prompt_ids, plist))
-                for i in range(p.n)]
-        for lo in range(0, len(seqs), self.max_batch_size):
-            self._run(seqs[lo: lo + self.max_batch_size])
+        items = self.scheduler.schedule(self._version)
+        if not items:
+            raise RuntimeError("engine: requests are unfinished but nothing could be scheduled "
+                               f"({self.blocks.num_available} free KV blocks)")
+        logits, samplers = self.runner.run(items)
+        for seq, count in items:
+            seq.num_computed += count
+            self.blocks.commit(seq, self._version)
+            if self.cfg.sliding_window:
+                self.blocks.slide(seq, self.cfg.sliding_window, self.cfg.attention_sinks)
+        self.stats["computed_tokens"] += sum(c for s, c in items if c > 1 or s.num_computed <= s.num_prompt)
+        self._account(items)
+        rows, seqs = [], []
+        for row, k in enumerate(samplers):
+            seq = items[k][0]
+            for s in [seq] + self._fork(seq):
+                rows.append(row)
+                seqs.append(s)
+        finished = self._sample(logits, rows, seqs)
+        self.stats["steps"] += 1
         self.stats["seconds"] += time.perf_counter() - start
-        return self._outputs(prompt_ids, seqs)
+        return finished
 
-    def _encode(self, prompt) -> list[int]:
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        if not ids:
-            raise ValueError("generate: empty prompt")
-        return ids
+    def _fork(self, seq: Sequence) -> list[Sequence]:
+        """Siblings of `seq` that start from its freshly computed prompt (no copy but the
+        partial last block). Siblings that find no free block queue up and use the prefix cache."""
+        siblings = self._forks.pop(seq.request_id, None) if seq.index == 0 else None
+        forked = []
+        for child in siblings or ():
+            block = self.blocks.fork(seq, child)
+            if block is None:
+                self.scheduler.add(child)
+                continue
+            if block >= 0:
+                self.pool.copy_block(seq.block_table[len(child.block_table) - 1], block,
+                                     seq.num_computed % self.cfg.block_size)
+            child.status = Status.RUNNING
+            self.scheduler.running.append(child)
+            forked.append(child)
+        return forked
 
-    @torch.no_grad()
-    def _run(self, seqs: list[_Seq]) -> None:
-        for s in seqs:
-            if len(s.prompt) + s.params.max_tokens > self.max_seq_len:
-                raise ValueError(f"generate: prompt of {len(s.prompt)} tokens + max_tokens {s.params.max_tokens} "
-                                 f"exceeds engine.max_seq_len {self.max_seq_len}")
-        distinct = {tuple(s.prompt): None for s in seqs}
-        prompts = list(distinct)
-        row_of = {p: i for i, p in enumerate(prompts)}
-        max_new = max(s.params.max_tokens for s in seqs)
-        arch = self.model.arch
-        cache = KVCache(arch.num_hidden_layers, len(prompts), arch.num_key_value_heads,
-                        max(map(len, prompts)) + max_new, arch.head_dim)
-        last_logits = self._prefill(prompts, cache)
-        fan_out = torch.tensor([row_of[tuple(s.prompt)] for s in seqs])
-        cache.gather(fan_out)
-        self.stats["prompt_tokens"] += sum(map(len, prompts))
-        self._decode(seqs, cache, last_logits.index_select(0, fan_out))
+    def _sample(self, logits: torch.Tensor, rows: list[int], seqs: list[Sequence]) -> list[RequestOutput]:
+        if not seqs:
+            return []
+        if rows != list(range(len(rows))):
+            logits = logits.index_select(0, torch.tensor(rows))
+        ps = [s.params for s in seqs]
+        tokens, logprobs = sample(logits, torch.tensor([p.temperature for p in ps]),
+                                  torch.tensor([p.top_p for p in ps]), torch.tensor([p.top_k for p in ps]),
+                                  [s.generator for s in seqs])
+        self.stats["generated_tokens"] += len(seqs)
+        done = []
+        for seq, t, lp in zip(seqs, tokens.tolist(), logprobs.tolist()):
+            if self._append(seq, t, lp):
+                seq.status = Status.FINISHED
+                self.blocks.release(seq)
+                req = self.requests[seq.request_id]
+                if req.finished and seq.request_id not in self._forks:
+                    del self.requests[seq.request_id]
+                    done.append(self._output(req))
+        return done
 
-    def _prefill(self, prompts: list[tuple[int, ...]], cache: KVCache) -> torch.Tensor:
-        width = max(map(len, prompts))
-        ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, : len(p)] = torch.tensor(p)
-        lengths = torch.tensor([len(p) for p in prompts])
-        cache.mode = "prefill"
-        hidden = self.model.hidden_states(ids, None, cache)
-        cache.lengths = lengths
-        cache.mode = "decode"
-        last = hidden[torch.arange(len(prompts)), lengths - 1]
-        return self.model.lm_head(last).float()
-
-    def _decode(self, seqs: list[_Seq], cache: KVCache, logits: torch.Tensor) -> None:
-        live = list(seqs)
-        temp = torch.tensor([s.params.temperature for s in live])
-        top_p = torch.tensor([s.params.top_p for s in live])
-        top_k = torch.tensor([s.params.top_k for s in live])
-        while True:
-            tokens, logprobs = sample(logits, temp, top_p, top_k, [s.generator for s in live])
-            keep = [i for i, (s, t, lp) in enumerate(zip(live, tokens.tolist(), logprobs.tolist()))
-                    if not self._append(s, t, lp)]
-            self.stats["generated_tokens"] += len(live)
-            if not keep:
-                return
-            if len(keep) < len(live):
-                idx = torch.tensor(keep)
-                live = [live[i] for i in keep]
-                cache.gather(idx)
-                tokens, temp, top_p, top_k = tokens[idx], temp[idx], top_p[idx], top_k[idx]
-            positions = cache.lengths[:, None]
-            hidden = self.model.hidden_states(tokens[:, None], positions, cache)
-            cache.lengths = cache.lengths + 1
-            logits = self.model.lm_head(hidden[:, -1]).float()
-
-    def _append(self, s: _Seq, token: int, logprob: float) -> bool:
+    def _append(self, s: Sequence, token: int, logprob: float) -> bool:
         """Record one token; True when the sequence is finished."""
         s.tokens.append(token)
         s.logprobs.append(logprob)
+        s.versions.append(self._version)
         p = s.params
         if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
             s.finish_reason = "stop"
-        elif p.stop and self.tokenizer is not None and any(x in self.tokenizer.decode(s.tokens) for x in p.stop):
+        elif p.stop and self.tokenizer is not None and self._hit_stop(s):
             s.finish_reason = "stop"
-        elif len(s.tokens) >= p.max_tokens:
+        elif len(s.tokens) >= s.max_len:
             s.finish_reason = "length"
         return bool(s.finish_reason)
 
-    def _outputs(self, prompt_ids: list[list[int]], seqs: list[_Seq]) -> list[RequestOutput]:
-        outs = [RequestOutput(r, ids) for r, ids in enumerate(prompt_ids)]
-        for s in seqs:
-            outs[s.request].outputs.append(CompletionOutput(
-                s.index, s.tokens, s.logprobs, [self.version] * len(s.tokens), self._text(s), s.finish_reason))
-        return outs
+    def _hit_stop(self, s: Sequence) -> bool:
+        # Only the tail can hold a stop string that the newest token completed.
+        tail = max(len(x) for x in s.params.stop) + 8
+        return any(x in self.tokenizer.decode(s.output_ids[-tail:]) for x in s.params.stop)
 
-    def _text(self, s: _Seq) -> str:
+    def _account(self, items: list[tuple[Sequence, int]]) -> None:
+        bs = self.cfg.block_size
+        used = self.blocks.num_used
+        self.stats["allocated_slot_steps"] += used * bs
+        self.stats["unused_slot_steps"] += sum(-s.num_computed % bs for s in self.scheduler.running
+                                               if s.status is Status.RUNNING)
+        self.stats["peak_blocks"] = max(self.stats["peak_blocks"], used)
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _encode(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("generate: text prompts need a tokenizer; pass token ids instead")
+            ids = self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("generate: empty prompt")
+        vocab = self.model.arch.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise ValueError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
+        return ids
+
+    def _check(self, ids: list[int], p: SamplingParams) -> None:
+        if len(ids) + p.max_tokens > self.cfg.max_seq_len:
+            raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
+                             f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")
+        if not self.cfg.sliding_window and self.blocks.blocks_needed(
+                Sequence(0, 0, [], 0, p, 0), len(ids) + p.max_tokens) > self.blocks.num_blocks:
+            raise ValueError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "
+                             f"than engine.kv_blocks = {self.blocks.num_blocks}")
+
+    def _output(self, req: Request) -> RequestOutput:
+        outs = [CompletionOutput(s.index, s.output_ids, s.logprobs, s.versions, self._text(s), s.finish_reason)
+                for s in req.seqs]
+        return RequestOutput(req.request_id, req.prompt, outs, finished=True)
+
+    def _text(self, s: Sequence) -> str:
         if self.tokenizer is None:
             return ""
-        text = self.tokenizer.decode(s.tokens)
+        text = self.tokenizer.decode(s.output_ids)
         for stop in s.params.stop:
             if stop in text:
                 text = text[: text.index(stop)]

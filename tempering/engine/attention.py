@@ -1,0 +1,95 @@
+"""`PagedAttention`: the attention callable the decoder runs with during an engine step.
+
+One step is one flat row of tokens: first the decode tokens (one per sequence), then chunks of
+prefill. The step's metadata (`StepMeta`, built once by the model runner and shared by all
+layers) says where each token's key/value is written in the pool and which pool slots each query
+reads. Per layer: one write, one gather and one SDPA for all decode tokens together (padded to
+the longest context, masked), and one SDPA per prefill chunk. A chunk that starts a sequence with
+no cached prefix attends to its own fresh keys causally, without touching the pool. With
+`flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding window + sinks
+skip whole blocks). It does not decide what is in the step: that is the scheduler's job.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tempering.engine.kv_cache import KVPool
+
+
+@dataclass
+class PrefillChunk:
+    start: int  # offset of the chunk in the step's flat row
+    length: int
+    index: torch.Tensor | None = None  # pool slots of the keys it reads; None = its own keys, causal
+    mask: torch.Tensor | None = None  # [length, keys] bool, True = may attend
+    block_mask: Any = None  # flex_attention BlockMask for the same mask
+
+
+@dataclass
+class StepMeta:
+    write_slots: torch.Tensor  # [N] pool slot of every token of the step
+    num_decode: int = 0  # the first num_decode tokens are decode tokens
+    decode_index: torch.Tensor | None = None  # [num_decode * decode_keys] slots
+    decode_keys: int = 0
+    decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, decode_keys] bool
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=2)
+def _flex(compiled: bool):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=True) if compiled else flex_attention
+
+
+def flex_block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, sinks: int, block: int = 16):
+    """A BlockMask over positions: causal, and (window > 0) only the last `window` keys plus the
+    first `sinks`. Blocks with no visible key are skipped entirely by flex_attention."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def visible(b, h, qi, ki):
+        kp, qp = k_pos[ki], q_pos[qi]
+        ok = kp <= qp
+        return ok & ((kp < sinks) | (kp > qp - window)) if window > 0 else ok
+
+    return create_block_mask(visible, None, None, len(q_pos), len(k_pos), device="cpu", BLOCK_SIZE=block)
+
+
+class PagedAttention:
+    def __init__(self, pool: KVPool, meta: StepMeta, flex: bool = False, compile_flex: bool = False):
+        self.pool, self.meta, self.flex, self.compile_flex = pool, meta, flex, compile_flex
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [1, H, N, D], k/v [1, KVH, N, D] -> [1, H, N, D]; writes k/v into the pool."""
+        meta, pool = self.meta, self.pool
+        pool.write(layer, meta.write_slots, k[0].transpose(0, 1), v[0].transpose(0, 1))
+        out = torch.empty_like(q)
+        gqa = q.shape[1] != k.shape[1]
+        if meta.num_decode:
+            b, n = meta.num_decode, meta.decode_keys
+            kk, vv = pool.gather(layer, meta.decode_index)
+            kk = kk.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
+            vv = vv.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
+            qd = q[0, :, :b].transpose(0, 1).unsqueeze(2)  # [B, H, 1, D]
+            o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=meta.decode_mask, enable_gqa=gqa)
+            out[0, :, :b] = o[:, :, 0].transpose(0, 1)
+        for c in meta.prefills:
+            span = slice(c.start, c.start + c.length)
+            out[:, :, span] = self._prefill(layer, q[:, :, span], k[:, :, span], v[:, :, span], c, gqa)
+        return out
+
+    def _prefill(self, layer, q, k, v, c: PrefillChunk, gqa: bool) -> torch.Tensor:
+        if c.index is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        kk, vv = self.pool.gather(layer, c.index)
+        kk = kk.transpose(0, 1).unsqueeze(0)  # [1, KVH, keys, D]
+        vv = vv.transpose(0, 1).unsqueeze(0)
+        if c.block_mask is not None:
+            return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)
+        return F.scaled_dot_product_attention(q, kk, vv, attn_mask=c.mask, enable_gqa=gqa)

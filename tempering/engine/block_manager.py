@@ -1,0 +1,176 @@
+"""`BlockManager`: paged KV accounting (fixed-size blocks, reference counts, block tables) and
+the prefix cache.
+
+A block holds `block_size` consecutive token positions of one or more sequences. A full block
+whose KV is computed is registered under a hash chained over every earlier block of its sequence
+and salted with the policy version that computed it, so a lookup under another version never
+matches. Blocks nobody references stay cached (their KV intact) in LRU order and are evicted only
+when a fresh block is needed. Only full blocks are ever shared, so a sequence writes only into
+blocks it owns alone. This module moves no tensors: copying KV for a fork is the pool's job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict, deque
+
+from tempering.engine.sequence import DROPPED, Sequence
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, prefix_cache: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"BlockManager: need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks, self.block_size, self.prefix_cache = num_blocks, block_size, prefix_cache
+        self.ref = [0] * num_blocks
+        self.hash_of: list[bytes | None] = [None] * num_blocks
+        self.free: deque[int] = deque(range(num_blocks))
+        self.cached: dict[bytes, int] = {}  # hash -> block holding that KV
+        self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 and cached, oldest first
+        self.stats = {"query_tokens": 0, "hit_tokens": 0, "evictions": 0}
+
+    # -- capacity ---------------------------------------------------------------------------
+    @property
+    def num_available(self) -> int:
+        return len(self.free) + len(self.evictable)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self.num_available
+
+    def _take(self) -> int:
+        if self.free:
+            block = self.free.popleft()
+        else:
+            block, _ = self.evictable.popitem(last=False)  # least recently used
+            del self.cached[self.hash_of[block]]
+            self.hash_of[block] = None
+            self.stats["evictions"] += 1
+        assert self.ref[block] == 0
+        self.ref[block] = 1
+        return block
+
+    def _retain(self, block: int) -> None:
+        if self.ref[block] == 0:
+            self.evictable.pop(block)
+        self.ref[block] += 1
+
+    def _drop(self, block: int) -> None:
+        self.ref[block] -= 1
+        assert self.ref[block] >= 0, f"block {block} released more often than taken"
+        if self.ref[block] == 0:
+            if self.hash_of[block] is not None:
+                self.evictable[block] = None  # newest at the end
+            else:
+                self.free.append(block)
+
+    # -- sequences --------------------------------------------------------------------------
+    def blocks_needed(self, seq: Sequence, upto: int) -> int:
+        """Fresh blocks `seq` needs so its table covers positions [0, upto)."""
+        return max(0, -(-upto // self.block_size) - len(seq.block_table))
+
+    def ensure(self, seq: Sequence, upto: int) -> bool:
+        """Extend the block table to cover positions [0, upto); all or nothing."""
+        need = self.blocks_needed(seq, upto)
+        if need > self.num_available:
+            return False
+        seq.block_table.extend(self._take() for _ in range(need))
+        return True
+
+    def release(self, seq: Sequence) -> None:
+        for block in seq.block_table:
+            if block != DROPPED:
+                self._drop(block)
+        seq.block_table = []
+        seq.num_dropped = 0
+
+    def match_prefix(self, seq: Sequence, version: int) -> int:
+        """Take the cached blocks that start `seq` (always leaving one token to compute, whose
+        logits are needed) and mark their tokens computed. -> tokens reused."""
+        assert not seq.block_table and seq.num_computed == 0
+        usable = (len(seq.tokens) - 1) // self.block_size
+        self.stats["query_tokens"] += usable * self.block_size
+        if not self.prefix_cache or usable == 0:
+            return 0
+        hashes = self.hashes(seq, version, usable)
+        for h in hashes[:usable]:
+            block = self.cached.get(h)
+            if block is None:
+                break
+            self._retain(block)
+            seq.block_table.append(block)
+        hit = len(seq.block_table) * self.block_size
+        seq.num_computed = hit
+        self.stats["hit_tokens"] += hit
+        return hit
+
+    def commit(self, seq: Sequence, version: int) -> None:
+        """Register the blocks `seq` has just filled with computed KV in the prefix cache."""
+        if not self.prefix_cache:
+            return
+        full = seq.num_computed // self.block_size
+        hashes = self.hashes(seq, version, full)
+        for i in range(full):
+            block = seq.block_table[i]
+            if block == DROPPED or self.hash_of[block] is not None:
+                continue
+            h = hashes[i]
+            if h not in self.cached:  # an identical block computed elsewhere keeps its entry
+                self.cached[h] = block
+                self.hash_of[block] = h
+
+    def fork(self, parent: Sequence, child: Sequence) -> int | None:
+        """Share the parent's full blocks with `child` (reference counts, no copy). -> the fresh
+        block into which the caller must copy the parent's partial last block, -1 when there is
+        none, None when no block is free (the child then stays unforked)."""
+        full, partial = divmod(parent.num_computed, self.block_size)
+        if partial and self.num_available == 0:
+            return None
+        for block in parent.block_table[:full]:
+            if block != DROPPED:
+                self._retain(block)
+        child.block_table = list(parent.block_table[:full])
+        child.num_dropped = parent.num_dropped
+        child.block_hashes, child.hash_version = list(parent.block_hashes), parent.hash_version
+        child.num_computed = parent.num_computed
+        if not partial:
+            return -1
+        block = self._take()
+        child.block_table.append(block)
+        return block
+
+    def slide(self, seq: Sequence, window: int, sinks: int) -> None:
+        """Free blocks no future query can see: older than the window, holding no sink."""
+        bs = self.block_size
+        first_kept = max(0, (seq.num_computed - window + 1) // bs)  # blocks before this are dead
+        sink_blocks = -(-sinks // bs)
+        for i in range(max(seq.num_dropped, sink_blocks), first_kept):
+            if seq.block_table[i] != DROPPED:
+                self._drop(seq.block_table[i])
+                seq.block_table[i] = DROPPED
+        seq.num_dropped = max(seq.num_dropped, first_kept)
+
+    def hashes(self, seq: Sequence, version: int, count: int) -> list[bytes]:
+        """Chained hashes of the first `count` full blocks of `seq` under `version`."""
+        if seq.hash_version != version:
+            seq.block_hashes, seq.hash_version = [], version
+        bs, out = self.block_size, seq.block_hashes
+        salt = version.to_bytes(8, "little", signed=True)
+        while len(out) < count:
+            i = len(out)
+            h = hashlib.blake2b(out[-1] if out else salt, digest_size=16)
+            h.update(salt)
+            h.update(array("q", seq.tokens[i * bs: (i + 1) * bs]).tobytes())
+            out.append(h.digest())
+        return out
+
+    def clear_cache(self) -> None:
+        """Forget every cached block (a new policy version): unreferenced ones become free."""
+        for block in list(self.evictable):
+            self.free.append(block)
+        self.evictable.clear()
+        for block, h in enumerate(self.hash_of):
+            if h is not None:
+                self.hash_of[block] = None
+        self.cached.clear()

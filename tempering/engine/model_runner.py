@@ -1,0 +1,119 @@
+"""`ModelRunner`: turns a scheduled step into tensors, runs the decoder once, returns logits.
+
+Input is a list of (sequence, token count): decode items (count 1) and prefill chunks. All their
+tokens go through the model as one flat row, so the projections and MLPs see one large matrix
+instead of a padded batch. Index tensors (write slots, gathered context slots, masks) are built
+here once per step and reused by every layer. Logits are computed only for the rows whose next
+token is sampled. It neither schedules nor samples.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tempering.engine.attention import PagedAttention, PrefillChunk, StepMeta, flex_block_mask
+from tempering.engine.kv_cache import KVPool
+from tempering.engine.sequence import Sequence
+from tempering.models import Decoder
+
+
+class ModelRunner:
+    def __init__(self, model: Decoder, pool: KVPool, window: int = 0, sinks: int = 0,
+                 flex: bool = False, compile_flex: bool = False):
+        self.model, self.pool = model, pool
+        self.bs = pool.block_size
+        self.window, self.sinks = window, sinks
+        self.flex, self.compile_flex = flex, compile_flex
+
+    @torch.no_grad()
+    def run(self, items: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
+        """items: decode items (count 1) first, then prefill chunks. -> logits [R, vocab] fp32 for
+        the R items whose chunk reaches the end of their tokens, and those items' positions."""
+        ids: list[int] = []
+        positions: list[int] = []
+        for seq, count in items:
+            ids.extend(seq.tokens[seq.num_computed: seq.num_computed + count])
+            positions.extend(range(seq.num_computed, seq.num_computed + count))
+        num_decode = 0
+        while num_decode < len(items) and items[num_decode][1] == 1:
+            num_decode += 1
+        meta = StepMeta(write_slots=self._write_slots(items, positions, num_decode), num_decode=num_decode)
+        if num_decode:
+            self._decode_meta(meta, [s for s, _ in items[:num_decode]])
+        offset = num_decode
+        for seq, count in items[num_decode:]:
+            meta.prefills.append(self._prefill_chunk(seq, offset, count))
+            offset += count
+        attention = PagedAttention(self.pool, meta, self.flex, self.compile_flex)
+        hidden = self.model.hidden_states(torch.tensor([ids]), torch.tensor([positions]), attention)
+        rows, last, samplers = [], 0, []
+        for k, (seq, count) in enumerate(items):
+            last += count
+            if seq.num_computed + count == len(seq.tokens):
+                rows.append(last - 1)
+                samplers.append(k)
+        logits = self.model.lm_head(hidden[0, rows]).float() if rows else hidden.new_empty(0, 0)
+        return logits, samplers
+
+    def _write_slots(self, items, positions: list[int], num_decode: int) -> torch.Tensor:
+        bs, slots = self.bs, []
+        for seq, _ in items[:num_decode]:
+            p = seq.num_computed
+            slots.append(seq.block_table[p // bs] * bs + p % bs)
+        head = torch.tensor(slots, dtype=torch.long)
+        parts = [head]
+        for seq, count in items[num_decode:]:
+            pos = torch.arange(seq.num_computed, seq.num_computed + count)
+            table = torch.tensor(seq.block_table, dtype=torch.long)
+            parts.append(table[pos // bs] * bs + pos % bs)
+        return torch.cat(parts) if len(parts) > 1 else head
+
+    def _key_positions(self, lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions each decode query reads: all of [0, length) or, with a window, the sinks and
+        the last `window` tokens. -> positions [B, width], valid [B, width]."""
+        j = torch.arange(width)[None, :]
+        pos = j.expand(len(lengths), width)
+        if self.window:
+            span = self.sinks + self.window
+            slid = torch.where(j < self.sinks, j, lengths[:, None] - span + j)
+            pos = torch.where(lengths[:, None] > span, slid, pos)
+        return pos, pos < lengths[:, None]
+
+    def _slots(self, table: torch.Tensor, pos: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Block tables [B, blocks] and positions [B, K] -> pool slots (0 where not valid)."""
+        block = torch.gather(table, 1, (pos // self.bs).clamp(0, table.shape[1] - 1))
+        slots = block * self.bs + pos % self.bs
+        return torch.where(valid & (block >= 0), slots, 0)
+
+    def _decode_meta(self, meta: StepMeta, seqs: list[Sequence]) -> None:
+        lengths = torch.tensor([s.num_computed + 1 for s in seqs])
+        width = int(lengths.max())
+        if self.window:
+            width = min(width, self.sinks + self.window)
+        widest = max(len(s.block_table) for s in seqs)
+        table = torch.tensor([s.block_table + [0] * (widest - len(s.block_table)) for s in seqs])
+        pos, valid = self._key_positions(lengths, width)
+        meta.decode_index = self._slots(table, pos, valid).reshape(-1)
+        meta.decode_keys = width
+        meta.decode_mask = valid[:, None, None, :]
+
+    def _prefill_chunk(self, seq: Sequence, start: int, count: int) -> PrefillChunk:
+        first = seq.num_computed
+        if first == 0 and not self.window:
+            return PrefillChunk(start, count)
+        end = first + count
+        if self.window:
+            lo = max(self.sinks, first - self.window + 1)
+            k_pos = torch.cat([torch.arange(min(self.sinks, lo)), torch.arange(lo, end)])
+        else:
+            k_pos = torch.arange(end)
+        q_pos = torch.arange(first, end)
+        table = torch.tensor([seq.block_table], dtype=torch.long)
+        index = self._slots(table, k_pos[None], torch.ones(1, len(k_pos), dtype=torch.bool))[0]
+        mask = k_pos[None, :] <= q_pos[:, None]
+        if self.window:
+            mask &= (k_pos[None, :] < self.sinks) | (k_pos[None, :] > q_pos[:, None] - self.window)
+        chunk = PrefillChunk(start, count, index, mask)
+        if self.flex:
+            chunk.block_mask = flex_block_mask(q_pos, k_pos, self.window, self.sinks)
+        return chunk
