@@ -86,7 +86,7 @@ class EngineConfig:
 
     max_batch_size: int = 256  # sequences decoded together
     max_seq_len: int = 512  # prompt + generated tokens of one sequence
-    block_size: int = 16  # tokens per KV block
+    block_size: int = 4  # tokens per KV block; small blocks keep the partial last block's waste low
     kv_blocks: int = 0  # KV blocks in the pool; 0 = enough for max_batch_size full-length sequences
     max_batched_tokens: int = 512  # tokens per engine step: decodes plus chunks of prefill
     prefix_cache: bool = True  # reuse full KV blocks across requests (salted by policy version)

