@@ -1,12 +1,11 @@
-"""Per-job resource control through cgroups: v2 where its controllers are delegated, else v1.
+"""Per-job resource control through cgroups (v2 or v1, as `hierarchy.detect` found).
 
-`detect` finds, at start-up, which version this process can use: cgroup v2 if our own v2 group
-offers memory, pids and cpu and is writable; otherwise v1 hierarchies for memory, pids, cpu and
-cpuacct (freezer used when present), each at our own group. `Tree` is one sandbox's subtree
-under our own group: a `zygotes` group for the long-lived processes and one `JobGroup` per job
-with a memory limit (swap included), a pid limit and a CPU quota. A job group reports peak
-memory, CPU time and OOM kills, and kills everything in it (freeze, SIGKILL, thaw) so that no
-process outlives its job. Nothing here decides limits: the caller passes them.
+`Tree` is one sandbox's subtree under our own group: a `zygotes` group for the long-lived
+processes and one `JobGroup` per job with a memory limit (swap included), a pid limit and a
+CPU quota. A job group reports peak memory, CPU time and OOM kills, and kills everything in
+it (freeze, SIGKILL, thaw) so that no process outlives its job. A background thread keeps a
+few empty groups ready and removes used ones, so neither mkdir nor rmdir is on a job's
+critical path. Nothing here decides limits: the caller passes them.
 """
 
 from __future__ import annotations
@@ -14,29 +13,26 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import queue
 import re
 import secrets
 import signal
+import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
-V1_REQUIRED = ("memory", "pids", "cpu", "cpuacct")
-V1_OPTIONAL = ("freezer",)
-V2_REQUIRED = ("memory", "pids", "cpu")
-CPU_PERIOD_US = 100_000
+from tempering.sandbox.hierarchy import V2_REQUIRED, Detection
+
+CPU_PERIOD_US = 100_000  # the kernel's default period for a new group
 _PREFIX = "tempering-"
+_STOCK = 4  # empty job groups kept ready
+_LINGER_S = 0.2  # how long a used group's last processes may take to exit before being killed
 
 
 class CgroupError(RuntimeError):
     """A cgroup operation failed in a way that leaves the job's limits unenforced."""
-
-
-@dataclass(frozen=True)
-class Detection:
-    version: int  # 1 or 2; 0 when neither is usable
-    dirs: Mapping[str, str] = field(default_factory=dict)  # controller (v2: "unified") -> our group's dir
-    problem: str = ""  # why neither is usable, naming what is missing
 
 
 @dataclass(frozen=True)
@@ -46,93 +42,26 @@ class Stats:
     oom_kills: int
 
 
-def detect(proc: str = "/proc/self") -> Detection:
-    mounts = _mounts(_read(f"{proc}/mountinfo"))
-    own = _own_groups(_read(f"{proc}/cgroup"))
-    v2 = _detect_v2(mounts, own)
-    if v2.version:
-        return v2
-    v1 = _detect_v1(mounts, own)
-    if v1.version:
-        return v1
-    return Detection(0, problem=f"{v2.problem}; {v1.problem}")
-
-
-def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
-    """(fstype, mount root, mount point, super options) of every cgroup mount."""
-    out = []
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
-            continue
-        unescape = lambda s: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
-        out.append((rfields[0], unescape(fields[3]), unescape(fields[4]), set(rfields[2].split(","))))
-    return out
-
-
-def _own_groups(text: str) -> dict[str, str]:
-    """Controller -> our group's path; "" is the v2 (unified) hierarchy."""
-    own = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for ctrl in parts[1].split(",") if parts[1] else [""]:
-                own[ctrl] = parts[2]
-    return own
-
-
-def _group_dir(mount_root: str, mount_point: str, path: str) -> str | None:
-    root = mount_root.rstrip("/")
-    if path != root and not path.startswith(root + "/"):
-        return None  # this mount does not contain our group
-    return mount_point.rstrip("/") + path[len(root):].rstrip("/")
-
-
-def _detect_v2(mounts, own) -> Detection:
-    for fstype, root, point, _ in mounts:
-        if fstype != "cgroup2" or "" not in own:
-            continue
-        d = _group_dir(root, point, own[""])
-        if d is None or not os.path.isdir(d):
-            continue
-        have = set(_read(f"{d}/cgroup.controllers").split())
-        missing = [c for c in V2_REQUIRED if c not in have]
-        if missing:
-            return Detection(0, problem=f"cgroup v2 at {point} does not delegate {', '.join(missing)} "
-                                        f"to {own['']} (it offers: {', '.join(sorted(have)) or 'none'})")
-        if not os.access(d, os.W_OK):
-            return Detection(0, problem=f"cgroup v2 group {d} is not writable by this user")
-        return Detection(2, {"unified": d})
-    return Detection(0, problem="no cgroup v2 hierarchy holds this process")
-
-
-def _detect_v1(mounts, own) -> Detection:
-    dirs, missing = {}, []
-    for ctrl in V1_REQUIRED + V1_OPTIONAL:
-        for fstype, root, point, opts in mounts:
-            if fstype == "cgroup" and ctrl in opts and ctrl in own:
-                d = _group_dir(root, point, own[ctrl])
-                if d is not None and os.path.isdir(d) and os.access(d, os.W_OK):
-                    dirs[ctrl] = d
-                    break
-        if ctrl not in dirs and ctrl in V1_REQUIRED:
-            missing.append(ctrl)
-    if missing:
-        return Detection(0, problem=f"no writable cgroup v1 hierarchy for {', '.join(missing)}")
-    return Detection(1, dirs)
-
-
 class Tree:
-    """One sandbox's cgroup subtree. Thread-safe: job names come from an atomic counter."""
+    """One sandbox's cgroup subtree. Thread-safe."""
 
     def __init__(self, detection: Detection, name: str) -> None:
-        assert detection.version in (1, 2), "use detect() and check .problem first"
+        assert detection.version in (1, 2), "use hierarchy.detect() and check .problem first"
         self.detection = detection
         self.name = name
         self._ids = itertools.count()
         self._bases = {c: f"{d}/{name}" for c, d in detection.dirs.items()}
+        # Swap is limited too where the kernel accounts it (looked up once, in our own group).
+        own = detection.dirs["unified" if detection.version == 2 else "memory"]
+        swap = "memory.swap.max" if detection.version == 2 else "memory.memsw.limit_in_bytes"
+        self.swap_file = swap if os.path.exists(f"{own}/{swap}") else None
         self.zygotes = JobGroup(self, "zygotes")
+        self._stock: queue.SimpleQueue[JobGroup] = queue.SimpleQueue()
+        self._used: list[tuple[float, JobGroup]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = False
+        self._upkeep = threading.Thread(target=self._keep, name=f"{name}-upkeep", daemon=True)
 
     @classmethod
     def create(cls, detection: Detection) -> "Tree":
@@ -148,32 +77,87 @@ class Tree:
                 if not set(V2_REQUIRED) <= set(_read(f"{parent}/cgroup.subtree_control").split()):
                     _write(f"{parent}/cgroup.subtree_control", enable)
                 _write(f"{tree._bases['unified']}/cgroup.subtree_control", enable)
-            tree.zygotes.create(None)
+            tree.zygotes.create()
         except OSError as e:
             tree.close()
-            raise CgroupError(f"cannot create the sandbox's cgroups under {detection.dirs}: {e}") from None
+            raise CgroupError(f"cannot create the sandbox's cgroups under {dict(detection.dirs)}: {e}") from None
+        tree._upkeep.start()
         return tree
 
     def job(self, memory_bytes: int, pids: int, cpus: float) -> "JobGroup":
-        group = JobGroup(self, f"job-{next(self._ids)}")
+        """A fresh, empty group with these limits. Give it back with `release`."""
         try:
-            group.create((memory_bytes, pids, cpus))
+            group = self._stock.get_nowait()
+        except queue.Empty:
+            group = None
+        try:
+            if group is None:
+                group = self._new_group()
+            group.limit(memory_bytes, pids, cpus)
         except OSError as e:
-            group.close()
             raise CgroupError(f"cannot create the job's cgroup: {e}") from None
+        self._wake.set()  # refill the stock
         return group
+
+    def _new_group(self) -> "JobGroup":
+        group = JobGroup(self, f"job-{next(self._ids)}")
+        group.create()
+        return group
+
+    def release(self, group: "JobGroup") -> None:
+        """The job is over: its group is emptied (killing what lingers) and removed, in the background."""
+        with self._lock:
+            self._used.append((time.monotonic(), group))
+        self._wake.set()
 
     def adopt(self, pid: int) -> None:
         """Move a long-lived sandbox process (a zygote) into the tree, so close() ends it."""
         self.zygotes.add(pid)
 
+    def _keep(self) -> None:
+        while True:
+            with self._lock:
+                busy = bool(self._used)
+            self._wake.wait(timeout=0.002 if busy else 1.0)  # the last process exits within ms
+            self._wake.clear()
+            if self._closed:
+                return
+            try:
+                self._remove_used()
+                while self._stock.qsize() < _STOCK and not self._closed:
+                    self._stock.put(self._new_group())
+            except (OSError, CgroupError) as e:
+                print(f"tempering sandbox: cgroup upkeep: {e}", file=sys.stderr)
+                self._wake.wait(timeout=1.0)  # retry later; close() removes whatever is left
+
+    def _remove_used(self) -> None:
+        with self._lock:
+            used, self._used = self._used, []
+        keep = []
+        for released, group in used:
+            if group.procs():
+                if time.monotonic() - released < _LINGER_S:
+                    keep.append((released, group))
+                    continue
+                group.kill()
+            group.remove()
+        with self._lock:
+            self._used = keep + self._used
+
     def close(self) -> None:
+        """Stop the upkeep, kill every process in the tree and remove it."""
+        self._closed = True
+        self._wake.set()
+        if self._upkeep.is_alive():
+            self._upkeep.join()
         groups = []
         for base in _unique(self._bases):
             if os.path.isdir(base):
                 groups += [n for n in os.listdir(base) if os.path.isdir(f"{base}/{n}")]
         for name in sorted(set(groups)):
-            JobGroup(self, name).close()
+            group = JobGroup(self, name)
+            group.kill()
+            group.remove()
         for base in _unique(self._bases):
             _rmdir(base)
 
@@ -184,27 +168,23 @@ class JobGroup:
     def __init__(self, tree: Tree, name: str) -> None:
         self.v2 = tree.detection.version == 2
         self.dirs = {c: f"{b}/{name}" for c, b in tree._bases.items()}
+        self._swap_file = tree.swap_file
 
-    def create(self, limits: tuple[int, int, float] | None) -> None:
-        """Make the directories; `limits` is (memory bytes, pids, cpus), None for no limits."""
+    def create(self) -> None:
         for d in _unique(self.dirs):
             os.mkdir(d)
-        if limits is not None:
-            self._limit(*limits)
 
-    def _limit(self, memory_bytes: int, pids: int, cpus: float) -> None:
+    def limit(self, memory_bytes: int, pids: int, cpus: float) -> None:
+        """Memory (swap included), processes and CPU bandwidth (period: the default 100 ms)."""
         quota = max(1000, int(cpus * CPU_PERIOD_US))
+        mem = self.dirs["unified" if self.v2 else "memory"]
+        _write(f"{mem}/{'memory.max' if self.v2 else 'memory.limit_in_bytes'}", memory_bytes)
+        if self._swap_file:
+            _write(f"{mem}/{self._swap_file}", 0 if self.v2 else memory_bytes)  # v1 counts memory+swap
+        _write(f"{self.dirs['unified' if self.v2 else 'pids']}/pids.max", pids)
         if self.v2:
-            d = self.dirs["unified"]
-            _write(f"{d}/memory.max", memory_bytes)
-            _write_if_exists(f"{d}/memory.swap.max", 0)
-            _write(f"{d}/pids.max", pids)
-            _write(f"{d}/cpu.max", f"{quota} {CPU_PERIOD_US}")
+            _write(f"{mem}/cpu.max", f"{quota} {CPU_PERIOD_US}")
         else:
-            _write(f"{self.dirs['memory']}/memory.limit_in_bytes", memory_bytes)
-            _write_if_exists(f"{self.dirs['memory']}/memory.memsw.limit_in_bytes", memory_bytes)
-            _write(f"{self.dirs['pids']}/pids.max", pids)
-            _write(f"{self.dirs['cpu']}/cpu.cfs_period_us", CPU_PERIOD_US)
             _write(f"{self.dirs['cpu']}/cpu.cfs_quota_us", quota)
 
     def add(self, pid: int) -> None:
@@ -228,23 +208,26 @@ class JobGroup:
         cpu_ns = _read_int(f"{self.dirs['cpuacct']}/cpuacct.usage", default=0)
         return Stats(peak, cpu_ns / 1e9, _keyed(f"{self.dirs['memory']}/memory.oom_control", "oom_kill"))
 
-    def kill(self, timeout_s: float = 5.0) -> None:
-        """SIGKILL every process in the group and wait until it is empty. Frozen first, so a
-        fork bomb cannot add processes between reading the list and signalling it."""
-        if not self.procs():
+    def kill(self, timeout_s: float = 5.0, spare: int | None = None) -> None:
+        """SIGKILL every process in the group but `spare` and wait until they are gone. Frozen
+        first, so a fork bomb cannot add processes between reading the list and signalling it."""
+        if not [p for p in self.procs() if p != spare]:
             return
-        if self.v2 and os.path.exists(f"{self.dirs['unified']}/cgroup.kill"):
+        if spare is None and self.v2 and os.path.exists(f"{self.dirs['unified']}/cgroup.kill"):
             _write(f"{self.dirs['unified']}/cgroup.kill", 1)
         else:
             self._freeze(True)
-            for pid in self.procs():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self._freeze(False)
+            try:
+                for pid in self.procs():
+                    if pid != spare:
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+            finally:
+                self._freeze(False)
         deadline = time.monotonic() + timeout_s
-        while self.procs():
+        while [p for p in self.procs() if p != spare]:
             if time.monotonic() > deadline:
                 raise CgroupError(f"processes {self.procs()} survived SIGKILL for {timeout_s} s")
             time.sleep(0.001)
@@ -262,9 +245,8 @@ class JobGroup:
         while frozen and _read(f"{d}/freezer.state").strip() != state and time.monotonic() < deadline:
             time.sleep(0.0005)
 
-    def close(self) -> None:
-        """Kill what is left and remove the group's directories."""
-        self.kill()
+    def remove(self) -> None:
+        """Remove the (empty) group's directories."""
         for d in _unique(self.dirs):
             _rmdir(d)
 
@@ -345,8 +327,3 @@ def _keyed(path: str, key: str) -> int:
 def _write(path: str, value: object) -> None:
     with open(path, "w") as f:
         f.write(str(value))
-
-
-def _write_if_exists(path: str, value: object) -> None:
-    if os.path.exists(path):
-        _write(path, value)

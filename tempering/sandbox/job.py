@@ -61,10 +61,7 @@ def execute(zygote: Zygote, req: ExecRequest, tree: Tree, settings: Settings) ->
         return Outcome(_error(f"{type(e).__name__}: {e}"), healthy=False)
     finally:
         channels.close()
-        try:
-            group.close()
-        except (OSError, CgroupError):
-            pass  # Tree.close() retries; the result already stands
+        tree.release(group)  # emptied and removed in the background
 
 
 def _run(zygote, req, group: JobGroup, ch: "_Channels", settings: Settings, started: float) -> Outcome:
@@ -72,18 +69,19 @@ def _run(zygote, req, group: JobGroup, ch: "_Channels", settings: Settings, star
     ch.close_guest_ends()
     ch.sock.settimeout(settings.setup_timeout_s)
     wire.send_frame(ch.sock, _spec(req, settings))
-    pid = _await_ready(ch.sock)
-    if isinstance(pid, str):
-        return Outcome(_error(pid), healthy=True)
+    init = _await_ready(ch.sock)
+    if isinstance(init, str):
+        return Outcome(_error(init), healthy=True)
     try:
-        group.add(pid)
+        group.add(init)  # the job's init: every process of the job is born in the group
     except OSError as e:
         ch.sock.sendall(wire.ABORT)
         return Outcome(_error(f"cannot move the job into its cgroup: {e}"), healthy=False)
+    _protect_from_oom(init)
     ch.sock.sendall(wire.GO)
     go = time.monotonic()
     zygote.prepare_next()
-    pump = _Pump(ch, req, group, settings)
+    pump = _Pump(ch, req, group, settings, init)
     pump.run(go + req.time_limit_s)
     wall = time.monotonic() - go
     stats = group.stats()
@@ -104,8 +102,19 @@ def _spec(req: ExecRequest, settings: Settings) -> dict:
     }
 
 
+def _protect_from_oom(pid: int) -> None:
+    """The init shares the job's cgroup; the OOM killer must pick one of the job's processes
+    (the init sets theirs back to 0), or the job would end as a sandbox_error. Lowering the
+    score needs CAP_SYS_RESOURCE: without it (Tempering not root) the init is unprotected."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+            f.write("-1000")
+    except PermissionError:
+        pass
+
+
 def _await_ready(sock: socket.socket) -> int | str:
-    """The job process's host pid once it says READY, or the guest's error message."""
+    """The job init's host pid once it says READY, or the guest's error message."""
     msg, ancdata, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(12))
     if msg == wire.READY:
         pid = wire.sender_pid(ancdata)
@@ -148,8 +157,8 @@ class _Channels:
 class _Pump:
     """Moves bytes between the host and a running job until the guest reports."""
 
-    def __init__(self, ch: _Channels, req: ExecRequest, group: JobGroup, settings: Settings) -> None:
-        self.ch, self.req, self.group, self.settings = ch, req, group, settings
+    def __init__(self, ch: _Channels, req: ExecRequest, group: JobGroup, settings: Settings, init: int) -> None:
+        self.ch, self.req, self.group, self.settings, self.init = ch, req, group, settings, init
         self.out, self.err = bytearray(), bytearray()
         self.seen = 0  # output bytes received, kept or not
         self.ended_by: ExecReason | None = None
@@ -228,8 +237,9 @@ class _Pump:
         return True
 
     def _end(self, reason: ExecReason) -> None:
+        """Kill every process of the job but its init, which then reaps, collects and reports."""
         self.ended_by = reason
-        self.group.kill()
+        self.group.kill(spare=self.init)
 
 
 def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, setup_s: float) -> Outcome:

@@ -29,6 +29,7 @@ class WarmPool:
         with self._lock:
             need = self.size - len(self._members)
         for z in self._start_many(need):
+            z.reusable = True
             with self._lock:
                 self._members.add(z)
                 self._idle.append(z)
@@ -73,6 +74,7 @@ class WarmPool:
         with self._lock:
             if not self._closed and len(self._members) < self.size:
                 self._members.add(z)
+                z.reusable = True
         return z, False
 
     def release(self, z: Zygote, healthy: bool) -> None:

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 
 from tempering.config import SandboxConfig
-from tempering.sandbox import cgroups
+from tempering.sandbox import hierarchy
 
 
 class SandboxUnavailable(RuntimeError):
@@ -27,7 +27,7 @@ class SandboxUnavailable(RuntimeError):
 class Capabilities:
     bwrap: str
     bwrap_version: tuple[int, ...]
-    cgroups: cgroups.Detection
+    cgroups: hierarchy.Detection
     run_as: tuple[int, int] | None  # (uid, gid) to start bwrap as; None: as this process's user
 
 
@@ -45,7 +45,7 @@ def probe(cfg: SandboxConfig) -> Capabilities:
     if not os.path.isfile(cfg.guest_python):
         missing.append(f"guest interpreter: {cfg.guest_python} does not exist "
                        "(install python3, or set sandbox.guest_python)")
-    detection = cgroups.detect()
+    detection = hierarchy.detect()
     if not detection.version:
         missing.append(f"cgroups: {detection.problem}")
     run_as = (cfg.uid, cfg.uid) if os.geteuid() == 0 else None

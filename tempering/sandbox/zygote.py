@@ -29,6 +29,7 @@ class Zygote:
         self.ctrl = ctrl
         self.errlog = errlog
         self.pid: int | None = None  # the zygote's host pid, known after wait_ready
+        self.reusable = False  # set by the pool for its members: only they prepare ahead
         self._pidfd: int | None = None
 
     @classmethod
@@ -72,8 +73,10 @@ class Zygote:
         wire.send_fds(self.ctrl, wire.JOB, fds)
 
     def prepare_next(self) -> None:
-        """Ask the zygote to make the next job's init now (the job in flight is in its cgroup)."""
-        self.ctrl.send(wire.PREPARE)
+        """Ask the zygote to make the next job's init now (the job in flight is in its cgroup);
+        a one-shot zygote has no next job."""
+        if self.reusable:
+            self.ctrl.send(wire.PREPARE)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

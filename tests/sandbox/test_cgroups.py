@@ -1,15 +1,19 @@
-"""cgroup detection from /proc files (v1, v2, neither) and job groups on a fake v2 tree and on
-this machine's real hierarchy: limits written, processes killed, usage read back."""
+"""cgroup hierarchy detection from /proc files (v1, v2, neither) and job groups on a fake v2 tree
+and on this machine's real hierarchy: limits written, processes killed, usage read back,
+used groups removed in the background."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from tempering.sandbox import cgroups
+from sandbox_helpers import wait_until
+
+from tempering.sandbox import cgroups, hierarchy
 
 V1_MOUNTS = """\
 32 31 0:29 / {root}/cpu rw,relatime - cgroup cgroup rw,cpu
@@ -35,7 +39,7 @@ def test_detects_v1_when_v2_has_no_controllers(tmp_path):
     for c in ("cpu", "cpuacct", "memory/job/abc", "freezer", "pids", "unified"):
         (root / c).mkdir(parents=True)
     (root / "unified" / "cgroup.controllers").write_text("")
-    d = cgroups.detect(fake_proc(tmp_path, V1_MOUNTS.format(root=root), V1_SELF))
+    d = hierarchy.detect(fake_proc(tmp_path, V1_MOUNTS.format(root=root), V1_SELF))
     assert d.version == 1
     assert d.dirs["memory"] == f"{root}/memory/job/abc" and d.dirs["pids"] == f"{root}/pids"
 
@@ -45,7 +49,7 @@ def fake_v2(tmp_path, own: str, controllers: str):
     group.mkdir(parents=True)
     (group / "cgroup.controllers").write_text(controllers)
     mountinfo = f"30 1 0:26 / {tmp_path / 'cg'} rw - cgroup2 cgroup2 rw\n"
-    return cgroups.detect(fake_proc(tmp_path, mountinfo, f"0::{own}\n")), group
+    return hierarchy.detect(fake_proc(tmp_path, mountinfo, f"0::{own}\n")), group
 
 
 def test_detects_v2_when_delegated(tmp_path):
@@ -63,9 +67,9 @@ def test_v2_job_group_on_a_fake_tree(tmp_path):
     parent = tmp_path / "cg"
     parent.mkdir()
     (parent / "cgroup.subtree_control").write_text("memory pids cpu")
-    tree = cgroups.Tree.create(cgroups.Detection(2, {"unified": str(parent)}))
+    tree = cgroups.Tree.create(hierarchy.Detection(2, {"unified": str(parent)}))
     group = tree.job(64 << 20, 16, 0.5)
-    d = parent / tree.name / "job-0"
+    d = Path(group.dirs["unified"])
     assert (d / "memory.max").read_text() == str(64 << 20)
     assert (d / "pids.max").read_text() == "16"
     assert (d / "cpu.max").read_text() == "50000 100000"
@@ -76,11 +80,16 @@ def test_v2_job_group_on_a_fake_tree(tmp_path):
     assert group.stats() == cgroups.Stats(1 << 20, 0.25, 1)
     (d / "cgroup.procs").write_text("")
     assert group.procs() == []
+    for f in (parent / tree.name).rglob("*"):  # a real cgroupfs removes its files with the group
+        if f.is_file():
+            f.unlink()
+    tree.close()
+    assert not (parent / tree.name).exists()
 
 
 @pytest.fixture
 def real_tree():
-    detection = cgroups.detect()
+    detection = hierarchy.detect()
     if not detection.version:
         pytest.fail(f"this machine offers no usable cgroups: {detection.problem}")
     tree = cgroups.Tree.create(detection)
@@ -105,8 +114,8 @@ def test_real_job_group_limits_kills_and_measures(real_tree):
     finally:
         proc.kill()
         proc.wait()
-    group.close()
-    assert not any(os.path.exists(d) for d in group.dirs.values())
+    real_tree.release(group)
+    assert wait_until(lambda: not any(os.path.exists(d) for d in group.dirs.values()))
 
 
 def test_real_job_group_enforces_pids(real_tree):
@@ -119,12 +128,12 @@ def test_real_job_group_enforces_pids(real_tree):
     group.add(proc.pid)
     out, _ = proc.communicate(b"x", timeout=10)
     assert int(out) == 3  # four pids in all: the parent and three children
-    group.close()  # kills the sleeping children
-    assert group.procs() == []
+    real_tree.release(group)  # its sleeping children are killed once they linger
+    assert wait_until(lambda: not any(os.path.exists(d) for d in group.dirs.values()))
 
 
 def test_stale_trees_of_dead_processes_are_swept():
-    detection = cgroups.detect()
+    detection = hierarchy.detect()
     parent = next(iter(detection.dirs.values()))
     stale = os.path.join(parent, "tempering-999999999-abcdef")
     os.mkdir(stale)

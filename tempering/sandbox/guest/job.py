@@ -1,13 +1,15 @@
-"""One job inside the sandbox: pid 1 of a fresh pid namespace, in fresh mount and IPC namespaces.
+"""One job inside the sandbox: its init, pid 1 of a fresh pid namespace in fresh mount and IPC
+namespaces.
 
-Prepared by the zygote ahead of the job, this init mounts a new workspace, /tmp and /dev/shm
+Prepared by the zygote ahead of the job, the init mounts a new workspace, /tmp and /dev/shm
 (size-capped tmpfs) and a /proc that shows only this job, drops every capability, sets
-no_new_privs, installs the seccomp filter and forks the command's process, which waits for
-the job. That process reads the spec, writes the request's files, passes the job's socket to
-the init, announces itself so the host can move it into the job's cgroup, waits for GO, takes
-the job's stdio, closes every other descriptor, applies rlimits and execs. When it exits, the
-init kills whatever it left behind (nothing survives the namespace), reaps it, collects the
-requested files safely and reports. Deadlines, cgroups and the output cap are the host's.
+no_new_privs and installs the seccomp filter, then waits for the job. It reads the spec and
+writes the request's files, says READY (the host moves it into the job's cgroup, so all the
+job's processes are born there) and on GO spawns the command with the job's stdio, in a new
+session, under the job's rlimits, with default signal dispositions and no other descriptor.
+When the command exits, the init kills whatever it left behind (nothing survives the
+namespace), reaps it, collects the requested files safely and reports. Deadlines, cgroups
+and the output cap are the host's business.
 """
 
 from __future__ import annotations
@@ -16,18 +18,19 @@ import os
 import resource
 import signal
 import socket
+import time
 
 from . import collect, syscalls, wire
 
 WORKSPACE = "/workspace"
 _SPEC_LIMIT = 1 << 30  # the host bounds requests; this only guards against a garbled header
-_PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+_PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger")  # root-owned anyway: a second lock
 _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
+_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
 def run(zygote: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
-    """Prepare; fork the command's process, which takes the job from the `zygote` socket; wait
-    for it, clean up after it and report. Returns an exit code."""
+    """Prepare, wait for a job on the `zygote` socket, run it, report. Returns an exit code."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT: without
     # this reset a job could kill its init with `kill -INT 1` and turn its run into a
     # sandbox_error, which the trainer never penalises.
@@ -35,36 +38,33 @@ def run(zygote: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
     try:
         _mount_filesystems(disk_mb)
         _confine(seccomp_program)
+        error = ""
     except OSError as e:
-        return _fail_when_asked(zygote, f"job setup failed: {e}")
-    # The command's process is forked before the job exists, which keeps a fork and a wake-up
-    # off the job's critical path: it receives the job itself, then passes us the job's socket.
-    to_init, from_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    child = syscalls.fork_into(_command_process, zygote, to_init, from_child)
+        error = f"job setup failed: {e}"
+    tag, fds = wire.recv_fds(zygote, wire.JOB_FDS)
     zygote.close()
-    to_init.close()
-    tag, fds = wire.recv_fds(from_child, 1)
-    if tag != wire.JOB or len(fds) != 1:
-        _reap(child)
-        return 0  # no job came (the sandbox is ending), or it failed before starting and said so
-    sock = socket.socket(fileno=fds[0])
-    wanted = wire.recv_frame(from_child, _SPEC_LIMIT)
-    from_child.close()
-    status = _reap(child)
-    names, limit = list(wanted["collect"]), int(wanted["collect_limit"])
+    if tag != wire.JOB or len(fds) != wire.JOB_FDS:
+        return 0  # the zygote is gone, and with it the sandbox
+    sock, stdio = socket.socket(fileno=fds[0]), fds[1:]
+    if error:
+        return report_error(sock, error)
+    try:
+        spec = wire.recv_frame(sock, _SPEC_LIMIT)
+        _write_files(wire.decode_files(spec["files"], _SPEC_LIMIT))
+        argv, env = list(spec["argv"]), dict(spec["env"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
+    sock.sendall(wire.READY)  # the host learns our pid from the kernel (SCM_CREDENTIALS)
+    if sock.recv(1) != wire.GO:
+        return 1
+    status = _spawn_and_reap(argv, env, spec["rlimits"], stdio)
+    names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
         files, skipped = collect.collect(WORKSPACE, names, limit)
     except OSError as e:
         files, skipped = {}, {name: f"workspace unreadable: {e}" for name in names}
     wire.send_frame(sock, {"status": status, "files": wire.encode_files(files), "skipped": skipped})
     return 0
-
-
-def _fail_when_asked(zygote: socket.socket, message: str) -> int:
-    tag, fds = wire.recv_fds(zygote, wire.JOB_FDS)
-    if tag == wire.JOB and fds:
-        report_error(socket.socket(fileno=fds[0]), message)
-    return 1
 
 
 def _mount_filesystems(disk_mb: int) -> None:
@@ -74,7 +74,7 @@ def _mount_filesystems(disk_mb: int) -> None:
     # A /proc for this pid namespace: the job sees its own processes and nobody else's.
     syscalls.mount("proc", "/proc", "proc", _TMPFS_FLAGS | syscalls.MS_NOEXEC)
     for path in _PROC_READONLY:
-        if os.path.exists(path):
+        if os.path.exists(path):  # sysrq-trigger exists only with CONFIG_MAGIC_SYSRQ
             syscalls.bind_readonly(path)
 
 
@@ -84,43 +84,6 @@ def _confine(seccomp_program: bytes) -> None:
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     syscalls.drop_capabilities()
     syscalls.install_seccomp(seccomp_program)
-
-
-def _command_process(zygote: socket.socket, init: socket.socket, init_end: socket.socket) -> int:
-    """Take the job: write its files, give the init the job's socket, announce ourselves, wait
-    for GO and exec. Returns only on failure."""
-    init_end.close()
-    tag, fds = wire.recv_fds(zygote, wire.JOB_FDS)
-    zygote.close()
-    if tag != wire.JOB or len(fds) != wire.JOB_FDS:
-        return 126  # no job came: the sandbox is ending
-    sock = socket.socket(fileno=fds[0])
-    try:
-        spec = wire.recv_frame(sock, _SPEC_LIMIT)
-        _write_files(wire.decode_files(spec["files"], _SPEC_LIMIT))
-        wire.send_fds(init, wire.JOB, [sock.fileno()])
-        wire.send_frame(init, {"collect": spec["collect"], "collect_limit": spec["collect_limit"]})
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
-    init.close()
-    sock.sendall(wire.READY)  # the host learns our pid from the kernel (SCM_CREDENTIALS)
-    if sock.recv(1) != wire.GO:
-        return 126
-    for target, fd in enumerate(fds[1:]):
-        os.dup2(fd, target)
-    os.closerange(3, 1 << 30)
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; programs expect defaults
-        signal.signal(sig, signal.SIG_DFL)
-    os.setsid()
-    os.chdir(WORKSPACE)
-    for name, (soft, hard) in spec["rlimits"].items():
-        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
-    argv = list(spec["argv"])
-    try:
-        os.execvpe(argv[0], argv, dict(spec["env"]))
-    except OSError as e:
-        os.write(2, f"tempering sandbox: cannot execute {argv[0]!r}: {e.strerror}\n".encode())
-    return 127
 
 
 def _write_files(files: dict[str, bytes]) -> None:
@@ -133,8 +96,71 @@ def _write_files(files: dict[str, bytes]) -> None:
             f.write(data)
 
 
+def _resolve(name: str, path: str) -> str:
+    """The file execvp would run for `name` with the job's PATH (posix_spawnp would use ours)."""
+    if "/" in name:
+        return name
+    for d in path.split(":"):
+        candidate = os.path.join(d or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    raise FileNotFoundError(f"{name!r} not found on PATH {path!r}")
+
+
+def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int]) -> int:
+    """Spawn the command (vfork-style: no copy of this interpreter), wait for it, then kill and
+    reap everything else in the namespace. Returns the command's wait status."""
+    os.chdir(WORKSPACE)
+    for name, (soft, hard) in rlimits.items():  # inherited by the command; harmless to the init
+        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd > 2 and fd not in stdio:
+            try:
+                os.set_inheritable(fd, False)  # the command gets its stdio and nothing else
+            except OSError:
+                pass  # the directory's own descriptor, closed already
+    try:
+        program = _resolve(argv[0], env.get("PATH", ""))
+        child = os.posix_spawn(program, argv, env, setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
+                               file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
+    except OSError as e:
+        os.write(stdio[2], f"tempering sandbox: cannot execute {argv[0]!r}: {e.strerror}\n".encode())
+        return 127 << 8
+    finally:
+        for fd in stdio:
+            os.close(fd)
+    _unprotect_from_oom(child)
+    return _reap(child)
+
+
+def _unprotect_from_oom(child: int) -> None:
+    """The host protected this init from the OOM killer; the command must not inherit that, or
+    an out-of-memory job could find nothing to kill. Until the child's exec has finished, it
+    is still non-dumpable like us and its /proc files refuse the write: retry briefly (an
+    exited child refuses it for good)."""
+    deadline = time.monotonic() + 0.1
+    while True:
+        try:
+            with open(f"/proc/{child}/oom_score_adj", "w") as f:
+                f.write("0")
+            return
+        except PermissionError:
+            if _exited(child) or time.monotonic() > deadline:
+                return  # past the deadline an OOM blocks until the host's deadline kills the job
+            os.sched_yield()
+        except OSError:
+            return  # the command has exited and been reaped
+
+
+def _exited(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _reap(child: int) -> int:
-    """Wait for the command's process, then kill and reap everything else in the namespace."""
     status = None
     while status is None:
         pid, st = os.waitpid(-1, 0)

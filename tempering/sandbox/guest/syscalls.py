@@ -11,6 +11,8 @@ import ctypes
 import errno
 import os
 import struct
+import sys
+import traceback
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -58,6 +60,8 @@ def fork_into(fn, *args) -> int:
         try:
             code = fn(*args)
         finally:
+            if sys.exc_info()[0] is not None:  # an exception is on its way out: log it first
+                traceback.print_exc()  # to the zygote's stderr, which the host shows on failure
             os._exit(code)
     return pid
 
@@ -83,18 +87,25 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     return _check(ret, f"prctl({option})")
 
 
-def drop_capabilities() -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets, so nothing this
-    process or any descendant executes can hold a capability, even in its own namespaces."""
-    # Drop until the kernel says EINVAL (past its last capability): reading cap_last_cap from
-    # a just-mounted /proc costs milliseconds.
+def empty_bounding_set() -> None:
+    """Drop every capability from the bounding set (needs CAP_SETPCAP). Effective and permitted
+    capabilities stay: the bounding set only caps what an exec can grant, so the zygote does
+    this once and every job inherits it."""
+    # Drop until the kernel says EINVAL (past its last capability): cheaper than reading
+    # /proc/sys/kernel/cap_last_cap.
     for cap in range(64):
         try:
             prctl(PR_CAPBSET_DROP, cap)
         except OSError as e:
             if e.errno != errno.EINVAL or cap == 0:
                 raise
-            break
+            return
+
+
+def drop_capabilities() -> None:
+    """Empty the ambient, effective, permitted and inheritable sets. With an empty bounding set,
+    no_new_privs and a non-root uid, nothing this process or a descendant executes can hold a
+    capability, even in its own namespaces."""
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     header = ctypes.create_string_buffer(struct.pack("Ii", _LINUX_CAPABILITY_VERSION_3, 0))
     data = ctypes.create_string_buffer(bytes(24))  # two zeroed __user_cap_data_struct

@@ -2,11 +2,11 @@
 
 Ahead of each job it prepares the job's init: a child that unshares fresh mount, pid and IPC
 namespaces and forks `job.run` as pid 1 of the new pid namespace, which mounts the job's
-filesystems, drops every privilege, forks the command's process and waits. When a JOB message
-arrives with its four descriptors, the zygote passes them to the prepared command process;
-on PREPARE (sent by the host once the job is in its cgroup: preparing earlier would slow the
-cgroup move, which waits for concurrent forks) it prepares the next one while the job runs.
-So no fork is on a job's critical path, and nothing of one job is visible to the next. The zygote never reads job data (the init does), so its memory, which every init
+filesystems, drops every privilege and waits. When a JOB message arrives with its four
+descriptors, the zygote passes them to the prepared init; on PREPARE (sent by the host once
+the job is in its cgroup: preparing earlier would slow the cgroup move, which waits for
+concurrent forks) it prepares the next one while the job runs. So no fork of the interpreter
+is on a job's critical path, and nothing of one job is visible to the next. The zygote never reads job data (the init does), so its memory, which every init
 inherits, holds nothing of earlier jobs. It exits when the host closes the control socket, and
 the whole sandbox with it. Limits and deadlines are the host's business.
 
@@ -16,6 +16,7 @@ import zygote; raise SystemExit(zygote.main(sys.argv))' CONTROL_FD DISK_MB
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
@@ -29,7 +30,11 @@ def main(argv: list[str]) -> int:
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
+    syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
+    # Everything allocated so far is permanent: frozen objects are never traversed by the
+    # collector, so forked children do not copy the pages holding them just to scan them.
+    gc.freeze()
     prepared = _prepare(ctrl, program, disk_mb)
     ctrl.send(wire.HELLO)
     while True:
@@ -74,6 +79,7 @@ def _enter_namespaces(ctrl: socket.socket, mine: socket.socket, theirs: socket.s
                       program: bytes, disk_mb: int) -> int:
     """In the zygote's child: unshare, fork the job's init as pid 1 of the new pid namespace
     (it is then reparented to bwrap's init), and exit."""
+    gc.disable()  # short-lived processes: collecting would only copy pages
     ctrl.close()
     mine.close()
     try:
