@@ -13,6 +13,7 @@ skip whole blocks). It does not decide what is in the step: that is the schedule
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,5 +92,7 @@ class PagedAttention:
         kk = kk.transpose(0, 1).unsqueeze(0)  # [1, KVH, keys, D]
         vv = vv.transpose(0, 1).unsqueeze(0)
         if c.block_mask is not None:
-            return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)
+            with warnings.catch_warnings():  # eager flex is a deliberate choice (no compile wait)
+                warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+                return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)
         return F.scaled_dot_product_attention(q, kk, vv, attn_mask=c.mask, enable_gqa=gqa)

@@ -102,9 +102,7 @@ class LLM:
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
-        ids = [self._encode(p) for p in prompts]  # all validated before any is queued
-        for i, p in zip(ids, plist):
-            self._check(i, p)
+        ids = [self.check(p, sp) for p, sp in zip(prompts, plist)]  # all validated before any is queued
         rids = [self.add_request(i, p) for i, p in zip(ids, plist)]
         done: dict[int, RequestOutput] = {}
         while len(done) < len(rids):
@@ -115,8 +113,7 @@ class LLM:
     def add_request(self, prompt: str | Seq[int], params: SamplingParams = SamplingParams(),
                     resume: Seq[CompletionOutput] = ()) -> int:
         """Queue one request; `resume` (the n outputs of an aborted request) continues them."""
-        ids = self._encode(prompt)
-        self._check(ids, params)
+        ids = self.check(prompt, params)
         if resume and len(resume) != params.n:
             raise ValueError(f"add_request: resume has {len(resume)} outputs but params.n is {params.n}")
         rid = next(self._ids)
@@ -265,7 +262,11 @@ class LLM:
             raise ValueError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
         return ids
 
-    def _check(self, ids: list[int], p: SamplingParams) -> None:
+    def check(self, prompt: str | Seq[int], p: SamplingParams) -> list[int]:
+        """Encode and validate a request without queuing it (safe from any thread). -> token ids"""
+        ids = self._encode(prompt)
+        if p.n > self.cfg.max_batch_size:
+            raise ValueError(f"generate: n = {p.n} samples exceeds engine.max_batch_size {self.cfg.max_batch_size}")
         if len(ids) + p.max_tokens > self.cfg.max_seq_len:
             raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
                              f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")
@@ -273,6 +274,7 @@ class LLM:
                 Sequence(0, 0, [], 0, p, 0), len(ids) + p.max_tokens) > self.blocks.num_blocks:
             raise ValueError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "
                              f"than engine.kv_blocks = {self.blocks.num_blocks}")
+        return ids
 
     def _output(self, req: Request) -> RequestOutput:
         outs = [CompletionOutput(s.index, s.output_ids, s.logprobs, s.versions, self._text(s), s.finish_reason)

@@ -1,0 +1,99 @@
+"""The engine loop: chunked prefill, prefix reuse, forks, preemption, finished sequences leaving."""
+
+import pytest
+import torch
+
+from conftest import assert_matches_trainer, random_prompts
+from tempering.engine import LLM, SamplingParams
+
+SAMPLE = SamplingParams(n=3, temperature=1.0, max_tokens=20, seed=11, ignore_eos=True)
+GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+
+
+def tokens(outs):
+    return [[c.token_ids for c in o.outputs] for o in outs]
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"max_batched_tokens": 8, "max_batch_size": 8},  # prompts are prefilled in many chunks
+    {"block_size": 16},
+    {"prefix_cache": False},
+])
+def test_logprobs_equal_the_trainer_under_every_layout(model, options):
+    engine = LLM(model, max_seq_len=128, **options)
+    prompts = random_prompts(5, 2, 45, seed=1)
+    for p, out in zip(prompts, engine.generate(prompts, SAMPLE)):
+        for c in out.outputs:
+            assert len(c.token_ids) == 20 and c.versions == [0] * 20
+            assert_matches_trainer(model, p, c)
+
+
+def test_samples_of_a_group_share_the_prompt_blocks(model):
+    engine = LLM(model, max_seq_len=256)
+    prompt = random_prompts(1, 101, 102, seed=2)[0]
+    out = engine.generate([prompt], SamplingParams(n=8, temperature=1.0, max_tokens=4, seed=0, ignore_eos=True))[0]
+    assert engine.stats["computed_tokens"] == len(prompt)  # the prompt ran once, not 8 times
+    assert len({tuple(c.token_ids) for c in out.outputs}) > 1
+    for c in out.outputs:
+        assert_matches_trainer(model, prompt, c)
+
+
+def test_prefix_cache_hits_across_requests_and_keeps_outputs_identical(model):
+    engine = LLM(model, max_seq_len=256)
+    prompts = random_prompts(4, 30, 60, seed=3)
+    first = engine.generate(prompts, GREEDY)
+    hits = engine.blocks.stats["hit_tokens"]
+    second = engine.generate(prompts, GREEDY)
+    assert engine.blocks.stats["hit_tokens"] - hits >= sum(len(p) - 4 for p in prompts)
+    assert tokens(first) == tokens(second)
+    # A multi-turn follow-up reuses the earlier prompt and the generated reply.
+    follow = prompts[0] + first[0].outputs[0].token_ids + [1, 2, 3]
+    before = engine.blocks.stats["hit_tokens"]
+    out = engine.generate([follow], GREEDY)[0].outputs[0]
+    assert engine.blocks.stats["hit_tokens"] - before >= len(follow) - 8
+    assert_matches_trainer(model, follow, out)
+
+
+def test_preemption_recomputes_and_changes_nothing(model):
+    prompts = random_prompts(8, 20, 40, seed=4)
+    roomy = LLM(model, max_seq_len=128)
+    tight = LLM(model, max_seq_len=128, kv_blocks=40, max_batch_size=8, max_batched_tokens=64)
+    expected = roomy.generate(prompts, GREEDY)
+    got = tight.generate(prompts, GREEDY)
+    assert tight.scheduler.preemptions > 0
+    assert tokens(got) == tokens(expected)
+    assert tight.blocks.num_used == 0  # everything released at the end
+
+
+def test_finished_sequences_leave_the_batch_at_once(model):
+    engine = LLM(model, max_seq_len=128)
+    prompts = random_prompts(4, 5, 10, seed=5)
+    lengths = [2, 5, 9, 30]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+    outs = engine.generate(prompts, params)
+    assert [len(o.outputs[0].token_ids) for o in outs] == lengths
+    # One sampled token per running sequence per step: exactly sum(lengths) were sampled.
+    assert engine.stats["generated_tokens"] == sum(lengths)
+    assert engine.stats["steps"] == max(lengths)
+
+
+def test_step_api_and_errors(model):
+    engine = LLM(model, max_seq_len=64)
+    rid = engine.add_request([1, 2, 3], SamplingParams(max_tokens=3, temperature=0, ignore_eos=True))
+    done = []
+    for _ in range(10):
+        done += engine.step()
+    assert [o.request_id for o in done] == [rid] and not engine.has_unfinished()
+    with pytest.raises(ValueError, match="unknown engine options"):
+        LLM(model, max_seq_length=3)
+    with pytest.raises(ValueError, match="max_batched_tokens"):
+        LLM(model, max_batched_tokens=4, max_batch_size=8)
+    with pytest.raises(ValueError, match="token ids"):
+        engine.generate([[1, 500]])
+    with pytest.raises(ValueError, match="tokenizer"):
+        engine.generate(["text"])
+    with pytest.raises(ValueError, match="kv_blocks"):
+        LLM(model, max_seq_len=64, kv_blocks=2).generate([[1, 2, 3]], SamplingParams(max_tokens=20))
+    with pytest.raises(ValueError, match="no unfinished request"):
+        engine.abort(12345)

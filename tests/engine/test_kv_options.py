@@ -1,0 +1,60 @@
+"""KV storage and attention options: int8 KV, sliding window + sinks, block-sparse flex attention."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from conftest import ARCH, assert_matches_trainer, random_prompts
+from tempering.engine import LLM, SamplingParams
+from tempering.engine.kv_quant import dequantize, quantize
+from tempering.models import build_model
+
+
+def test_int8_round_trip_error_is_half_a_step():
+    x = torch.randn(50, 2, 16) * 3
+    q, scale = quantize(x)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float16
+    assert ((dequantize(q, scale) - x).abs() <= scale.float() / 2 + 1e-6).all()
+
+
+def test_int8_kv_agrees_with_fp32_and_uses_under_0_3x_the_bytes(model):
+    fp32 = LLM(model, max_seq_len=256)
+    int8 = LLM(model, max_seq_len=256, kv_dtype="int8")
+    assert int8.pool.bytes_per_token <= 0.3 * fp32.pool.bytes_per_token
+    prompts = random_prompts(10, 5, 30, seed=9)
+    greedy = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    refs = [o.outputs[0].token_ids for o in fp32.generate(prompts, greedy)]
+    one = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    agree = 0
+    for k in range(100):  # teacher-forced on fp32's tokens: 1,000 positions in all
+        outs = int8.generate([p + r[:k] for p, r in zip(prompts, refs)], one)
+        agree += sum(o.outputs[0].token_ids[0] == r[k] for o, r in zip(outs, refs))
+    assert agree >= 990
+    assert int8.blocks.stats["hit_tokens"] > 0  # each step above reused the int8 prefix
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_sliding_window_with_sinks_matches_a_masked_full_recompute(model, attention):
+    engine = LLM(model, max_seq_len=512, sliding_window=24, attention_sinks=3, attention=attention,
+                 max_batched_tokens=32, max_batch_size=8)
+    prompts = random_prompts(3, 40, 70, seed=10)
+    params = SamplingParams(n=2, temperature=1.0, max_tokens=40, seed=3, ignore_eos=True)
+    for p, out in zip(prompts, engine.generate(prompts, params)):
+        for c in out.outputs:
+            assert_matches_trainer(model, p, c, window=24, sinks=3)
+
+
+def test_sliding_window_generates_20000_tokens_in_bounded_kv_memory():
+    # One layer: this test is about memory over 20,000 steps; the window's numerics are above.
+    small = build_model(replace(ARCH, num_hidden_layers=1, hidden_size=32, intermediate_size=32,
+                                num_attention_heads=2, num_key_value_heads=1), seed=0).eval()
+    engine = LLM(small, max_seq_len=20_100, sliding_window=64, attention_sinks=4, max_batch_size=1,
+                 max_batched_tokens=64)
+    prompt = random_prompts(1, 30, 31, seed=11)[0]
+    out = engine.generate([prompt], SamplingParams(temperature=1.0, max_tokens=20_000, seed=0, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 20_000
+    bs = engine.cfg.block_size
+    bound = -(-4 // bs) + -(-(64 + 64) // bs) + 2  # sinks, window + one chunk, partial blocks
+    assert engine.stats["peak_blocks"] <= bound
+    assert engine.blocks.num_blocks * bs < 20_000  # the pool itself could not hold the sequence

@@ -1,0 +1,113 @@
+"""`tempering serve` over a real socket: completions, chat, streaming, n > 1, and 4xx errors."""
+
+import http.client
+import json
+
+import pytest
+
+from tempering.engine import LLM
+from tempering.engine.server import Server
+from tempering.models import Arch, build_model
+from tempering.tokenizer import char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def server():
+    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz :\n")
+    arch = Arch(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1)
+    srv = Server(LLM(build_model(arch, seed=0), tok, max_seq_len=128, max_batch_size=16), port=0,
+                 model_name="tiny").start()
+    yield srv
+    srv.close()
+
+
+def call(server, method, path, body=None, raw=None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    payload = resp.read().decode()
+    conn.close()
+    return resp.status, resp.getheader("Content-Type"), payload
+
+
+def test_health_and_models(server):
+    assert call(server, "GET", "/health")[0] == 200
+    status, _, body = call(server, "GET", "/v1/models")
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny"
+
+
+def test_completion_with_n_samples_and_several_prompts(server):
+    status, _, body = call(server, "POST", "/v1/completions", {
+        "model": "tiny", "prompt": ["ab", "cd"], "max_tokens": 5, "n": 3, "temperature": 1.0, "seed": 1,
+        "ignore_eos": True, "logprobs": 1})
+    out = json.loads(body)
+    assert status == 200 and out["object"] == "text_completion"
+    assert sorted(c["index"] for c in out["choices"]) == list(range(6))
+    assert all(c["finish_reason"] == "length" and len(c["logprobs"]["token_logprobs"]) == 5 for c in out["choices"])
+    assert out["usage"] == {"prompt_tokens": 4, "completion_tokens": 30, "total_tokens": 34}
+
+
+def test_chat_completion_and_greedy_determinism(server):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True}
+    first = json.loads(call(server, "POST", "/v1/chat/completions", body)[2])
+    second = json.loads(call(server, "POST", "/v1/chat/completions", body)[2])
+    msg = first["choices"][0]["message"]
+    assert first["object"] == "chat.completion" and msg["role"] == "assistant"
+    assert msg["content"] == second["choices"][0]["message"]["content"]
+
+
+def test_streaming_matches_the_non_streamed_text(server):
+    body = {"prompt": "abc", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    whole = json.loads(call(server, "POST", "/v1/completions", body)[2])["choices"][0]["text"]
+    status, ctype, raw = call(server, "POST", "/v1/completions", {**body, "stream": True})
+    assert status == 200 and ctype == "text/event-stream"
+    events = [line[len("data: "):] for line in raw.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_streamed_chat_with_n_2_cuts_stop_strings_like_the_non_streamed_one(server):
+    body = {"messages": [{"role": "user", "content": "go"}], "max_tokens": 20, "n": 2, "stream": True,
+            "temperature": 1.0, "seed": 6, "stop": ["q"]}
+    status, _, raw = call(server, "POST", "/v1/chat/completions", body)
+    chunks = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: {")]
+    by_index = {}
+    for c in chunks:
+        ch = c["choices"][0]
+        by_index.setdefault(ch["index"], []).append(ch)
+    whole = json.loads(call(server, "POST", "/v1/chat/completions", {**body, "stream": False})[2])["choices"]
+    assert status == 200 and sorted(by_index) == [0, 1]
+    for c in whole:
+        parts = by_index[c["index"]]
+        assert parts[0]["delta"].get("role") == "assistant"
+        assert parts[-1]["finish_reason"] == c["finish_reason"] == "stop"  # this seed meets a "q"
+        assert "".join(p["delta"].get("content", "") for p in parts) == c["message"]["content"]
+        assert "q" not in c["message"]["content"]
+
+
+@pytest.mark.parametrize("path, body, raw, status, words", [
+    ("/v1/completions", None, b"{not json", 400, "not valid JSON"),
+    ("/v1/completions", {"prompt": ""}, None, 400, "prompt"),
+    ("/v1/completions", {"prompt": "ab", "max_tokens": 1000}, None, 400, "max_seq_len"),
+    ("/v1/completions", {"prompt": "ab", "temperature": -1}, None, 400, "temperature"),
+    ("/v1/completions", {"prompt": "ab", "n": "two"}, None, 400, "n must be an integer"),
+    ("/v1/completions", {"prompt": [1, 99999]}, None, 400, "token ids"),
+    ("/v1/completions", {"prompt": "ab", "best_of": 2}, None, 400, "unsupported fields"),
+    ("/v1/chat/completions", {"messages": []}, None, 400, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, 400, "content"),
+    ("/v1/embeddings", {"input": "x"}, None, 404, "no route"),
+])
+def test_bad_requests_get_4xx_json_errors(server, path, body, raw, status, words):
+    got, ctype, payload = call(server, "POST", path, body, raw)
+    err = json.loads(payload)["error"]
+    assert got == status and ctype == "application/json" and words in err["message"]
+
+
+def test_unknown_get_route_is_404(server):
+    status, _, body = call(server, "GET", "/nope")
+    assert status == 404 and "error" in json.loads(body)
