@@ -45,7 +45,8 @@ class LineageStore:
         if self._file is None:
             return
         t, r = group.trajectories[i], group.rewards[i]
-        row = {"step": step, "task": t.task_id, "domain": t.domain, "sample": t.sample_index, "fate": fate,
+        row = {"step": step, "task": t.task_id, "domain": t.domain, "prompt": group.task.prompt[:200],
+               "sample": t.sample_index, "fate": fate,
                "versions": [min(t.versions, default=-1), max(t.versions, default=-1)],
                "tokens": t.num_model_tokens, "reward": r.total, "components": dict(r.components),
                "failed": r.failed, "reason": r.reason, "text": t.text[:200]}

@@ -237,6 +237,8 @@ class TrainerConfig:
     grad_clip: float = 1.0
     micro_batch_tokens: int = 8192  # rows are accumulated in micro-batches of about this many tokens
     warmup_steps: int = 0
+    schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; cosine decays over run.steps
+    min_lr_ratio: float = 0.1  # where cosine ends, as a fraction of lr
 
     def __post_init__(self) -> None:
         _require(self.lr > 0, "trainer.lr", "a number > 0", self.lr)
@@ -247,6 +249,7 @@ class TrainerConfig:
         _require(self.micro_batch_tokens > 0, "trainer.micro_batch_tokens", "an integer > 0",
                  self.micro_batch_tokens)
         _require(self.warmup_steps >= 0, "trainer.warmup_steps", "an integer >= 0", self.warmup_steps)
+        _require(0 <= self.min_lr_ratio <= 1, "trainer.min_lr_ratio", "a number in [0, 1]", self.min_lr_ratio)
 
 
 @dataclass(frozen=True)
@@ -392,7 +395,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return {str(k): _convert(vtp, v, f"{key}.{k}") for k, v in value.items()}
     if origin in (list, tuple):
         (etp, *_) = typing.get_args(tp)
-        _require(isinstance(value, list), key, "a list", value)
+        _require(isinstance(value, (list, tuple)), key, "a list", value)
         items = [_convert(etp, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin in (typing.Union, types.UnionType):

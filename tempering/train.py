@@ -120,7 +120,8 @@ def prepare(cfg: Config, resume: bool) -> Run:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool.alphabet)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)
     tokenizer.save(run_dir / "tokenizer")
-    trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens)
+    trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens,
+                      total_steps=cfg.run.steps)
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
     reward = RewardService(cfg.reward, make_sandbox(cfg.sandbox))

@@ -9,6 +9,7 @@ whole batch first, so accumulation gives exactly the full-batch gradient. FSDP2 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +46,7 @@ def token_logprobs(model: Decoder, input_ids: torch.Tensor, temperature: float =
 
 class Trainer:
     def __init__(self, model: Decoder, cfg: TrainerConfig, algo: AlgorithmConfig | None = None,
-                 temperature: float = 1.0, norm_tokens: int = 1):
+                 temperature: float = 1.0, norm_tokens: int = 1, total_steps: int = 0):
         self.model = model
         self.cfg = cfg
         self.algo = algo or AlgorithmConfig()
@@ -55,8 +56,7 @@ class Trainer:
         self.reference = _frozen_copy(model) if self.algo.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                            weight_decay=cfg.weight_decay)
-        warm = max(cfg.warmup_steps, 1)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(cfg, s, total_steps))
 
     def rl_step(self, batch: Batch) -> StepStats:
         self.model.train()
@@ -125,6 +125,16 @@ class Trainer:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def lr_factor(cfg: TrainerConfig, step: int, total_steps: int) -> float:
+    """Linear warm-up to 1, then constant or cosine down to `min_lr_ratio` at `total_steps`."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant" or total_steps <= cfg.warmup_steps:
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup_steps) / (total_steps - cfg.warmup_steps))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def _frozen_copy(model: Decoder) -> Decoder:
