@@ -84,18 +84,15 @@ class Tree:
         tree._upkeep.start()
         return tree
 
-    def job(self, memory_bytes: int, pids: int, cpus: float) -> "JobGroup":
-        """A fresh, empty group with these limits. Give it back with `release`."""
+    def group(self) -> "JobGroup":
+        """A fresh, empty group without limits yet (`JobGroup.limit`). Give it back with `release`."""
         try:
             group = self._stock.get_nowait()
         except queue.Empty:
-            group = None
-        try:
-            if group is None:
+            try:
                 group = self._new_group()
-            group.limit(memory_bytes, pids, cpus)
-        except OSError as e:
-            raise CgroupError(f"cannot create the job's cgroup: {e}") from None
+            except OSError as e:
+                raise CgroupError(f"cannot create a job's cgroup: {e}") from None
         self._wake.set()  # refill the stock
         return group
 
@@ -166,6 +163,7 @@ class JobGroup:
     """A leaf group, the same name in every controller's hierarchy."""
 
     def __init__(self, tree: Tree, name: str) -> None:
+        self.tree = tree
         self.v2 = tree.detection.version == 2
         self.dirs = {c: f"{b}/{name}" for c, b in tree._bases.items()}
         self._swap_file = tree.swap_file
@@ -300,9 +298,14 @@ def _unique(dirs: Mapping[str, str]) -> list[str]:
     return list(dict.fromkeys(dirs.values()))  # co-mounted v1 controllers share a directory
 
 
+# Plain os calls rather than open(): a job touches a dozen cgroup files on its critical path,
+# and a buffered text file costs several times the system calls it wraps.
 def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
 
 
 def _read_int(path: str, default: int) -> int:
@@ -325,5 +328,8 @@ def _keyed(path: str, key: str) -> int:
 
 
 def _write(path: str, value: object) -> None:
-    with open(path, "w") as f:
-        f.write(str(value))
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)

@@ -43,7 +43,7 @@ class IsolatedSandbox:
         self._log = ExecLog(log_dir) if log_dir is not None else None
         try:
             self._tree = cgroups.Tree.create(caps.cgroups)
-            self._pool = WarmPool(cfg.workers if cfg.warm_pool else 0, self._start_zygote)
+            self._pool = WarmPool(cfg.workers if cfg.warm_pool else 0, self._start_zygote, self._prepare)
             self._pool.fill()
         except (cgroups.CgroupError, ZygoteError) as e:
             self.close()
@@ -59,6 +59,9 @@ class IsolatedSandbox:
             raise ZygoteError(f"cannot move the zygote into its cgroup: {e}") from None
         return z
 
+    def _prepare(self, z: Zygote) -> None:
+        z.prepare(self._tree, _START_TIMEOUT_S)
+
     def run(self, request: ExecRequest) -> ExecResult:
         job_id = next(self._ids)
         t0 = time.monotonic()
@@ -68,7 +71,8 @@ class IsolatedSandbox:
         except ZygoteError as e:
             result = ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=str(e))
         else:
-            outcome = job.execute(zygote, request, self._tree, self._settings)
+            outcome = job.execute(zygote.take(), request, self._settings,
+                                  dispatched=lambda: self._pool.dispatched(zygote))
             self._pool.release(zygote, outcome.healthy)
             result = dataclasses.replace(outcome.result, start="warm" if warm else "cold")
             extra = {"setup_s": round(outcome.setup_s, 6), "skipped": outcome.skipped,

@@ -1,12 +1,13 @@
-"""The host side of one execution in a started sandbox, from request to `ExecResult`.
+"""The host side of one execution on a prepared init, from request to `ExecResult`.
 
-It makes the job's cgroup, pipes and socket, hands the guest ends to a zygote, sends the job
-spec, moves the job's process (whose pid the kernel reports) into the cgroup before it may
-exec, then pumps stdin, stdout and stderr without blocking while enforcing the wall-clock
-deadline and the output cap from the host: either ends the job by killing its whole cgroup.
-The guest's report gives the exit status and collected files; the cgroup gives peak memory,
-CPU time and OOM kills. Failures of the machinery return `sandbox_error`, never raise.
-It does not choose zygotes (the pool does) or write the telemetry log (the backend does).
+The init is already idle in its namespaces and inside a fresh cgroup (`zygote.Prepared`). This
+module writes the job's limits into that cgroup, makes the job's stdio pipes and hands the
+init their other ends and the spec, then pumps stdin, stdout and stderr without blocking while
+enforcing the wall-clock deadline and the output cap from the host: either ends the job by
+killing every process of its cgroup but the init, which then reports. The init's report
+gives the exit status and collected files; the cgroup gives peak memory, CPU time and OOM
+kills. Failures of the machinery return `sandbox_error`, never raise. It does not choose or
+prepare inits (the pool and the zygote do) or write the telemetry log (the backend does).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tempering.records import ExecReason, ExecResult
-from tempering.sandbox.cgroups import CgroupError, JobGroup, Stats, Tree
+from tempering.sandbox.cgroups import CgroupError, Stats
 from tempering.sandbox.guest import wire
 from tempering.sandbox.request import ExecRequest
-from tempering.sandbox.zygote import Zygote
+from tempering.sandbox.zygote import Prepared
 
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
             "LANG": "C.UTF-8", "USER": "sandbox", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -36,7 +37,7 @@ class Settings:
     cpus: float
     disk_mb: int
     collect_limit_bytes: int
-    setup_timeout_s: float = 10.0  # to hand over the job and hear READY
+    setup_timeout_s: float = 10.0  # to hand the job over
     grace_s: float = 2.0  # after a kill, for the guest's report
 
 
@@ -48,43 +49,35 @@ class Outcome:
     setup_s: float = 0.0
 
 
-def execute(zygote: Zygote, req: ExecRequest, tree: Tree, settings: Settings) -> Outcome:
+def execute(prepared: Prepared, req: ExecRequest, settings: Settings,
+            dispatched: Callable[[], None] = lambda: None) -> Outcome:
+    """Run `req` on a prepared init (consumed). `dispatched` is called once the job is handed
+    over: the caller may then have the next init prepared while this job runs."""
     started = time.monotonic()
-    try:
-        group = tree.job(req.memory_mb << 20, req.pids, settings.cpus)
-    except CgroupError as e:
-        return Outcome(_error(str(e)), healthy=True)
     channels = _Channels()
     try:
-        return _run(zygote, req, group, channels, settings, started)
+        return _run(prepared, req, channels, settings, started, dispatched)
     except (OSError, CgroupError, wire.ProtocolError) as e:
         return Outcome(_error(f"{type(e).__name__}: {e}"), healthy=False)
     finally:
         channels.close()
-        tree.release(group)  # emptied and removed in the background
+        prepared.discard()  # the group is emptied and removed in the background
 
 
-def _run(zygote, req, group: JobGroup, ch: "_Channels", settings: Settings, started: float) -> Outcome:
-    zygote.dispatch(ch.guest_fds)
+def _run(prepared: Prepared, req: ExecRequest, ch: "_Channels", settings: Settings, started: float,
+         dispatched: Callable[[], None]) -> Outcome:
+    prepared.group.limit(req.memory_mb << 20, req.pids, settings.cpus)
+    sock = prepared.sock
+    sock.settimeout(settings.setup_timeout_s)
+    wire.send_fds(sock, wire.JOB, ch.guest_fds)
     ch.close_guest_ends()
-    ch.sock.settimeout(settings.setup_timeout_s)
-    wire.send_frame(ch.sock, _spec(req, settings))
-    init = _await_ready(ch.sock)
-    if isinstance(init, str):
-        return Outcome(_error(init), healthy=True)
-    try:
-        group.add(init)  # the job's init: every process of the job is born in the group
-    except OSError as e:
-        ch.sock.sendall(wire.ABORT)
-        return Outcome(_error(f"cannot move the job into its cgroup: {e}"), healthy=False)
-    _protect_from_oom(init)
-    ch.sock.sendall(wire.GO)
+    wire.send_frame(sock, _spec(req, settings))
     go = time.monotonic()
-    zygote.prepare_next()
-    pump = _Pump(ch, req, group, settings, init)
+    dispatched()
+    pump = _Pump(ch, req, prepared, settings)
     pump.run(go + req.time_limit_s)
     wall = time.monotonic() - go
-    stats = group.stats()
+    stats = prepared.group.stats()
     return _outcome(req, pump, stats, wall, settings, setup_s=go - started)
 
 
@@ -102,44 +95,18 @@ def _spec(req: ExecRequest, settings: Settings) -> dict:
     }
 
 
-def _protect_from_oom(pid: int) -> None:
-    """The init shares the job's cgroup; the OOM killer must pick one of the job's processes
-    (the init sets theirs back to 0), or the job would end as a sandbox_error. Lowering the
-    score needs CAP_SYS_RESOURCE: without it (Tempering not root) the init is unprotected."""
-    try:
-        with open(f"/proc/{pid}/oom_score_adj", "w") as f:
-            f.write("-1000")
-    except PermissionError:
-        pass
-
-
-def _await_ready(sock: socket.socket) -> int | str:
-    """The job init's host pid once it says READY, or the guest's error message."""
-    msg, ancdata, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(12))
-    if msg == wire.READY:
-        pid = wire.sender_pid(ancdata)
-        return pid if pid is not None else "the job process sent no credentials"
-    if msg == wire.ERROR:
-        return str(wire.recv_frame(sock, 1 << 16).get("error", "unknown guest error"))
-    return f"the guest ended before the job started (got {msg!r})"
-
-
 class _Channels:
-    """The job's socket and pipes; the guest's ends go to the zygote and are closed here."""
+    """The job's stdio pipes; the guest's ends go to the init and are closed here."""
 
     def __init__(self) -> None:
-        self.sock, guest_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         stdin_r, self.stdin_w = os.pipe()
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
-        self._guest_sock = guest_sock
-        self.guest_fds = [guest_sock.fileno(), stdin_r, out_w, err_w]
+        self.guest_fds = [stdin_r, out_w, err_w]
         self._open = [self.stdin_w, self.out_r, self.err_r, stdin_r, out_w, err_w]
 
     def close_guest_ends(self) -> None:
-        self._guest_sock.close()
-        for fd in self.guest_fds[1:]:
+        for fd in self.guest_fds:
             self.close_fd(fd)
 
     def close_fd(self, fd: int) -> None:
@@ -148,8 +115,6 @@ class _Channels:
             os.close(fd)
 
     def close(self) -> None:
-        self._guest_sock.close()
-        self.sock.close()
         for fd in list(self._open):
             self.close_fd(fd)
 
@@ -157,23 +122,26 @@ class _Channels:
 class _Pump:
     """Moves bytes between the host and a running job until the guest reports."""
 
-    def __init__(self, ch: _Channels, req: ExecRequest, group: JobGroup, settings: Settings, init: int) -> None:
-        self.ch, self.req, self.group, self.settings, self.init = ch, req, group, settings, init
+    def __init__(self, ch: _Channels, req: ExecRequest, prepared: Prepared, settings: Settings) -> None:
+        self.ch, self.req, self.settings = ch, req, settings
+        self.sock, self.group, self.init = prepared.sock, prepared.group, prepared.pid
         self.out, self.err = bytearray(), bytearray()
         self.seen = 0  # output bytes received, kept or not
         self.ended_by: ExecReason | None = None
         self.report = wire.FrameReader(settings.collect_limit_bytes * 2 + (1 << 20))
         self.guest_gone = False
+        self.guest_error = False  # the init could not start the job and sends ERROR + {"error"}
+        self.heard = False
         self.stdin = memoryview(req.stdin)
 
     def run(self, deadline: float) -> None:
         ch = self.ch
-        ch.sock.setblocking(False)
+        self.sock.setblocking(False)
         for fd in (ch.out_r, ch.err_r):
             os.set_blocking(fd, False)
         os.set_blocking(ch.stdin_w, False)
         poll = select.poll()
-        for fd in (ch.sock.fileno(), ch.out_r, ch.err_r):
+        for fd in (self.sock.fileno(), ch.out_r, ch.err_r):
             poll.register(fd, select.POLLIN)
         if self.stdin:
             poll.register(ch.stdin_w, select.POLLOUT)
@@ -197,16 +165,20 @@ class _Pump:
 
     def _service(self, poll: select.poll, fd: int) -> None:
         ch = self.ch
-        if fd == ch.sock.fileno():
+        if fd == self.sock.fileno():
             try:
-                data = ch.sock.recv(_CHUNK)
+                data = self.sock.recv(_CHUNK)
             except BlockingIOError:
                 return
             if not data:
                 self.guest_gone = True
                 poll.unregister(fd)
-            else:
-                self.report.feed(data)
+                return
+            if not self.heard:
+                self.heard = True
+                if data[:1] == wire.ERROR:
+                    self.guest_error, data = True, data[1:]
+            self.report.feed(data)
         elif fd == ch.stdin_w:
             try:
                 n = os.write(fd, self.stdin[:_CHUNK])
@@ -244,6 +216,8 @@ class _Pump:
 
 def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, setup_s: float) -> Outcome:
     frame = pump.report.frame
+    if pump.guest_error and frame is not None:
+        return Outcome(_error(str(frame.get("error", "unknown guest error"))), healthy=True, setup_s=setup_s)
     stdout, stderr = pump.out.decode(errors="replace"), pump.err.decode(errors="replace")
     common = dict(stdout=stdout, stderr=stderr, truncated=pump.seen > req.output_limit_bytes,
                   wall_s=wall, cpu_s=stats.cpu_s, peak_memory_mb=stats.peak_bytes / 2**20)

@@ -1,99 +1,146 @@
-"""The warm pool: sandboxes started ahead of time so that a job starts in milliseconds.
+"""The warm pool: sandboxes started ahead of time, each with the next job's init prepared.
 
-Up to `size` zygotes are kept; `acquire` hands out an idle one (a warm start) or, when none is
-idle, starts a new sandbox (a cold start) that joins the pool if it is below size and is
-closed after its job otherwise. `release` returns a zygote, or closes it when the job's
-host side judged it unhealthy or it died; its replacement is started by the next acquire.
-Each zygote serves one job at a time. Thread-safe. It does not run jobs.
+Up to `size` zygotes are kept. A zygote is handed out (`acquire`) only with a prepared init;
+as soon as its job is dispatched (`dispatched`), a background thread has it prepare the next
+one, which includes the slow cgroup move, while the job runs. `acquire` prefers a ready
+zygote, waits briefly for one still preparing, and otherwise starts and prepares a new
+sandbox (a cold start) that joins the pool if it is below size and is closed after its job
+otherwise. `release` returns a zygote, or drops it when the job's host side judged it
+unhealthy, its preparation failed or it died. Thread-safe. It does not run jobs.
 """
 
 from __future__ import annotations
 
+import queue
+import sys
 import threading
+import time
 from typing import Callable
 
 from tempering.sandbox.zygote import Zygote, ZygoteError
 
+WAIT_FOR_PREPARING_S = 5.0  # longer than a preparation takes even on a busy machine
+
 
 class WarmPool:
-    def __init__(self, size: int, start: Callable[[], Zygote]) -> None:
+    def __init__(self, size: int, start: Callable[[], Zygote], prepare: Callable[[Zygote], None]) -> None:
         self.size = size
-        self._start = start
-        self._lock = threading.Lock()
-        self._idle: list[Zygote] = []
+        self._start, self._prepare = start, prepare
+        self._cond = threading.Condition()
         self._members: set[Zygote] = set()
+        self._ready: list[Zygote] = []  # idle, with a prepared init
+        self._busy: set[Zygote] = set()
+        self._preparing: set[Zygote] = set()
+        self._failed: set[Zygote] = set()
         self._closed = False
+        self._todo: queue.SimpleQueue[Zygote | None] = queue.SimpleQueue()
+        self._worker = threading.Thread(target=self._prepare_loop, name="tempering-sandbox-prepare", daemon=True)
+        self._worker.start()
 
     def fill(self) -> None:
-        """Start sandboxes until the pool is full. Raises ZygoteError if one cannot start."""
-        with self._lock:
-            need = self.size - len(self._members)
-        for z in self._start_many(need):
-            z.reusable = True
-            with self._lock:
-                self._members.add(z)
-                self._idle.append(z)
-
-    def _start_many(self, n: int) -> list[Zygote]:
-        # Start in parallel: each cold start is mostly waiting for bwrap and the interpreter.
-        results: list = [None] * n
-
-        def start(i: int) -> None:
-            results[i] = self._start_or_error()
-
-        threads = [threading.Thread(target=start, args=(i,)) for i in range(n)]
+        """Start and prepare sandboxes until the pool is full (in parallel). Raises ZygoteError."""
+        results: list = [None] * self.size
+        threads = [threading.Thread(target=self._cold, args=(results, i)) for i in range(self.size)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        errors = [r for r in results if isinstance(r, Exception)]
+        errors = [r for r in results if isinstance(r, ZygoteError)]
+        with self._cond:
+            for z in results:
+                if isinstance(z, Zygote) and not errors:
+                    self._members.add(z)
+                    self._ready.append(z)
         if errors:
-            for r in results:
-                if isinstance(r, Zygote):
-                    r.close()
+            for z in results:
+                if isinstance(z, Zygote):
+                    z.close()
             raise errors[0]
-        return results
 
-    def _start_or_error(self) -> Zygote | Exception:
+    def _cold(self, results: list, i: int) -> None:
         try:
-            return self._start()
+            results[i] = self._start_prepared()
         except ZygoteError as e:
-            return e
+            results[i] = e
+
+    def _start_prepared(self) -> Zygote:
+        z = self._start()
+        try:
+            self._prepare(z)
+        except ZygoteError:
+            z.close()
+            raise
+        return z
 
     def acquire(self) -> tuple[Zygote, bool]:
-        """(zygote, warm). Raises ZygoteError when a cold start fails."""
-        while True:
-            with self._lock:
-                z = self._idle.pop() if self._idle else None
-            if z is None:
-                break
-            if z.alive():
-                return z, True
-            self._drop(z)
-        z = self._start()
-        with self._lock:
+        """(zygote with a prepared init, warm). Raises ZygoteError when a cold start fails."""
+        deadline = time.monotonic() + WAIT_FOR_PREPARING_S
+        with self._cond:
+            while not self._ready and self._idle_preparing() and time.monotonic() < deadline:
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+            while self._ready:
+                z = self._ready.pop()
+                if z.alive():
+                    self._busy.add(z)
+                    return z, True
+                self._drop_locked(z)
+        z = self._start_prepared()
+        with self._cond:
             if not self._closed and len(self._members) < self.size:
                 self._members.add(z)
-                z.reusable = True
+            self._busy.add(z)
         return z, False
 
-    def release(self, z: Zygote, healthy: bool) -> None:
-        with self._lock:
-            keep = healthy and not self._closed and z in self._members and z.alive()
-            if keep:
-                self._idle.append(z)
-        if not keep:
-            self._drop(z)
+    def _idle_preparing(self) -> bool:
+        return any(z not in self._busy for z in self._preparing)
 
-    def _drop(self, z: Zygote) -> None:
-        with self._lock:
-            self._members.discard(z)
+    def dispatched(self, z: Zygote) -> None:
+        """Its job is handed over: prepare the next init now, in the background."""
+        with self._cond:
+            if z in self._members and not self._closed:
+                self._preparing.add(z)
+                self._todo.put(z)
+
+    def release(self, z: Zygote, healthy: bool) -> None:
+        with self._cond:
+            self._busy.discard(z)
+            if not healthy or z in self._failed or z not in self._members or self._closed or not z.alive():
+                self._drop_locked(z)
+            elif z not in self._preparing:
+                self._ready.append(z)
+                self._cond.notify_all()
+
+    def _prepare_loop(self) -> None:
+        while (z := self._todo.get()) is not None:
+            try:
+                self._prepare(z)
+            except ZygoteError as e:
+                print(f"tempering sandbox: dropping a sandbox: {e}", file=sys.stderr)
+                with self._cond:
+                    self._failed.add(z)
+            with self._cond:
+                self._preparing.discard(z)
+                if z not in self._busy:
+                    if z in self._failed or self._closed:
+                        self._drop_locked(z)
+                    else:
+                        self._ready.append(z)
+                self._cond.notify_all()
+
+    def _drop_locked(self, z: Zygote) -> None:
+        """Forget `z` and close it (closing only waits for its processes: fine under the lock)."""
+        self._members.discard(z)
+        self._failed.discard(z)
+        if z in self._ready:
+            self._ready.remove(z)
         z.close()
 
     def close(self) -> None:
         """Close idle zygotes now; busy ones are closed when released."""
-        with self._lock:
+        with self._cond:
             self._closed = True
-            idle, self._idle = self._idle, []
-        for z in idle:
-            self._drop(z)
+        self._todo.put(None)
+        self._worker.join()
+        with self._cond:
+            for z in list(self._ready):
+                self._drop_locked(z)

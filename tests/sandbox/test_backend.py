@@ -97,7 +97,7 @@ def test_concurrent_callers_beyond_the_pool_get_cold_sandboxes(sandbox):
 def test_a_killed_sandbox_is_replaced(sandbox_cfg):
     sb = make_sandbox(dataclasses.replace(sandbox_cfg, workers=1))
     try:
-        zygote = sb._pool._idle[0]
+        zygote = sb._pool._ready[0]
         os.kill(zygote.pid, signal.SIGKILL)
         zygote.proc.wait(timeout=5)
         r = sb.run(py("print('after')"))

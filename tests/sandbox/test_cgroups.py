@@ -63,16 +63,36 @@ def test_reports_what_is_missing(tmp_path):
     assert "memory, pids" in d.problem and "cgroup v1" in d.problem
 
 
-def test_v2_job_group_on_a_fake_tree(tmp_path):
+def limited(tree, memory_bytes, pids, cpus):
+    group = tree.group()
+    group.limit(memory_bytes, pids, cpus)
+    return group
+
+
+V2_FILES = ("cgroup.procs", "cgroup.subtree_control", "cgroup.kill", "memory.max", "memory.swap.max",
+            "pids.max", "cpu.max")
+
+
+def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
+    real_mkdir = os.mkdir
+
+    def cgroupfs_mkdir(path, *args):  # like cgroupfs: a new group comes with its interface files
+        real_mkdir(path, *args)
+        for name in V2_FILES:
+            Path(path, name).write_text("")
+
+    monkeypatch.setattr(os, "mkdir", cgroupfs_mkdir)
     parent = tmp_path / "cg"
     parent.mkdir()
     (parent / "cgroup.subtree_control").write_text("memory pids cpu")
+    (parent / "memory.swap.max").write_text("max")
     tree = cgroups.Tree.create(hierarchy.Detection(2, {"unified": str(parent)}))
-    group = tree.job(64 << 20, 16, 0.5)
+    group = limited(tree, 64 << 20, 16, 0.5)
     d = Path(group.dirs["unified"])
     assert (d / "memory.max").read_text() == str(64 << 20)
     assert (d / "pids.max").read_text() == "16"
     assert (d / "cpu.max").read_text() == "50000 100000"
+    assert (d / "memory.swap.max").read_text() == "0"
     assert (parent / tree.name / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
     (d / "memory.peak").write_text("1048576\n")
     (d / "cpu.stat").write_text("usage_usec 250000\nuser_usec 1\n")
@@ -98,7 +118,7 @@ def real_tree():
 
 
 def test_real_job_group_limits_kills_and_measures(real_tree):
-    group = real_tree.job(32 << 20, 8, 1.0)
+    group = limited(real_tree, 32 << 20, 8, 1.0)
     code = "import sys\nsys.stdin.read(1)\nx = bytearray(8 << 20)\nwhile True: pass"
     proc = subprocess.Popen(["python3", "-c", code], stdin=subprocess.PIPE)
     try:
@@ -119,7 +139,7 @@ def test_real_job_group_limits_kills_and_measures(real_tree):
 
 
 def test_real_job_group_enforces_pids(real_tree):
-    group = real_tree.job(64 << 20, 4, 1.0)
+    group = limited(real_tree, 64 << 20, 4, 1.0)
     code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n"
             "            os.close(1); time.sleep(5); os._exit(0)\n        n += 1\n    except OSError:\n        pass\n"
             "print(n)")

@@ -1,15 +1,15 @@
 """One job inside the sandbox: its init, pid 1 of a fresh pid namespace in fresh mount and IPC
 namespaces.
 
-Prepared by the zygote ahead of the job, the init mounts a new workspace, /tmp and /dev/shm
+Made by the zygote ahead of the job, the init mounts a new workspace, /tmp and /dev/shm
 (size-capped tmpfs) and a /proc that shows only this job, drops every capability, sets
-no_new_privs and installs the seccomp filter, then waits for the job. It reads the spec and
-writes the request's files, says READY (the host moves it into the job's cgroup, so all the
-job's processes are born there) and on GO spawns the command with the job's stdio, in a new
-session, under the job's rlimits, with default signal dispositions and no other descriptor.
-When the command exits, the init kills whatever it left behind (nothing survives the
-namespace), reaps it, collects the requested files safely and reports. Deadlines, cgroups
-and the output cap are the host's business.
+no_new_privs, installs the seccomp filter and says READY to the host, which moves it into
+the job's cgroup while it waits: every process of the job is then born there. When the job
+comes (its stdio and spec), the init writes the request's files and spawns the command with
+that stdio, in a new session, under the job's rlimits, with default signal dispositions and
+no other descriptor. When the command exits, the init kills whatever it left behind (nothing
+survives the namespace), reaps it, collects the requested files safely and reports.
+Deadlines, cgroups and the output cap are the host's business.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
-def run(zygote: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
-    """Prepare, wait for a job on the `zygote` socket, run it, report. Returns an exit code."""
+def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
+    """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT: without
     # this reset a job could kill its init with `kill -INT 1` and turn its run into a
     # sandbox_error, which the trainer never penalises.
@@ -38,25 +38,18 @@ def run(zygote: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
     try:
         _mount_filesystems(disk_mb)
         _confine(seccomp_program)
-        error = ""
     except OSError as e:
-        error = f"job setup failed: {e}"
-    tag, fds = wire.recv_fds(zygote, wire.JOB_FDS)
-    zygote.close()
-    if tag != wire.JOB or len(fds) != wire.JOB_FDS:
-        return 0  # the zygote is gone, and with it the sandbox
-    sock, stdio = socket.socket(fileno=fds[0]), fds[1:]
-    if error:
-        return report_error(sock, error)
+        return report_error(sock, f"job setup failed: {e}")
+    wire.send_ready(sock)
+    tag, stdio = wire.recv_fds(sock, wire.JOB_FDS)
+    if tag != wire.JOB or len(stdio) != wire.JOB_FDS:
+        return 0  # no job is coming: the sandbox is ending, or this init was discarded
     try:
         spec = wire.recv_frame(sock, _SPEC_LIMIT)
         _write_files(wire.decode_files(spec["files"], _SPEC_LIMIT))
         argv, env = list(spec["argv"]), dict(spec["env"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
-    sock.sendall(wire.READY)  # the host learns our pid from the kernel (SCM_CREDENTIALS)
-    if sock.recv(1) != wire.GO:
-        return 1
     status = _spawn_and_reap(argv, env, spec["rlimits"], stdio)
     names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
@@ -141,8 +134,11 @@ def _unprotect_from_oom(child: int) -> None:
     deadline = time.monotonic() + 0.1
     while True:
         try:
-            with open(f"/proc/{child}/oom_score_adj", "w") as f:
-                f.write("0")
+            fd = os.open(f"/proc/{child}/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
             return
         except PermissionError:
             if _exited(child) or time.monotonic() > deadline:
@@ -154,8 +150,11 @@ def _unprotect_from_oom(child: int) -> None:
 
 def _exited(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 4096).rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+        finally:
+            os.close(fd)
     except OSError:
         return True
 

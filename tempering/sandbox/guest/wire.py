@@ -1,12 +1,12 @@
-"""The byte formats between host and guest: length-prefixed JSON frames and one-byte signals.
+"""The byte formats between host and guest: length-prefixed JSON frames and one-byte tags.
 
 Frames are a 4-byte big-endian length and a UTF-8 JSON object; file contents travel base64
 encoded inside them. JSON, never pickle, because the host reads what the guest sends. Every
 reader takes a size limit and raises `ProtocolError` (a ValueError) on anything malformed.
-One-byte signals sent on the per-job socket: READY (the job's process, before exec),
-GO / ABORT (host's answer), ERROR (a frame with {"error": ...} follows). The control socket
-carries HELLO once, then JOB (with four descriptors) per job and PREPARE (make the next job's
-init now) once the host has moved the job into its cgroup.
+The control socket carries HELLO once, then PREPARE (host: make the next job's init) and
+PREPARED (zygote: here is the socket to that init). On an init's socket: READY (sent with
+the init's credentials once it is prepared), JOB (host: the job's stdin, stdout and stderr,
+then a frame with the spec), the init's report frame, or ERROR (a frame {"error": ...}).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 import array
 import base64
 import json
+import os
 import socket
 import struct
 
-HELLO, JOB, PREPARE = b"H", b"J", b"P"
-READY, GO, ABORT, ERROR = b"R", b"G", b"X", b"E"
-JOB_FDS = 4  # job socket, stdin (read end), stdout and stderr (write ends)
+HELLO, PREPARE, PREPARED = b"H", b"P", b"D"
+READY, JOB, ERROR = b"R", b"J", b"E"
+JOB_FDS = 3  # the job's stdin (read end), stdout and stderr (write ends)
 
 _HEADER = struct.Struct(">I")
 
@@ -115,12 +116,23 @@ def recv_fds(sock: socket.socket, maxfds: int) -> tuple[bytes, list[int]]:
     """A one-byte tag and the descriptors that came with it (close-on-exec); b"" at end of
     stream. One byte exactly, so that on a stream socket a frame after the tag stays unread."""
     fds = array.array("i")
-    msg, ancdata, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(maxfds * fds.itemsize),
-                                               socket.MSG_CMSG_CLOEXEC)
+    # Room for credentials too: a socket with SO_PASSCRED gets them with every message.
+    space = socket.CMSG_SPACE(maxfds * fds.itemsize) + socket.CMSG_SPACE(12)
+    msg, ancdata, flags, _addr = sock.recvmsg(1, space, socket.MSG_CMSG_CLOEXEC)
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    if flags & socket.MSG_CTRUNC:  # more descriptors than expected: refuse them all
+        for fd in fds:
+            os.close(fd)
+        raise ProtocolError(f"a message carried more than {maxfds} descriptors")
     return msg, list(fds)
+
+
+def send_ready(sock: socket.socket) -> None:
+    """READY with our credentials, so the receiver learns our pid in its own pid namespace."""
+    creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+    sock.sendmsg([READY], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
 
 
 def sender_pid(ancdata: list) -> int | None:
