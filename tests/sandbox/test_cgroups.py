@@ -74,14 +74,21 @@ V2_FILES = ("cgroup.procs", "cgroup.subtree_control", "cgroup.kill", "memory.max
 
 
 def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
-    real_mkdir = os.mkdir
+    real_mkdir, real_rmdir = os.mkdir, os.rmdir
 
-    def cgroupfs_mkdir(path, *args):  # like cgroupfs: a new group comes with its interface files
+    def cgroupfs_mkdir(path, *args):  # like cgroupfs: a group comes and goes with its interface files
         real_mkdir(path, *args)
         for name in V2_FILES:
             Path(path, name).write_text("")
 
+    def cgroupfs_rmdir(path, *args):
+        for f in Path(path).iterdir():
+            if f.is_file():
+                f.unlink()
+        real_rmdir(path, *args)
+
     monkeypatch.setattr(os, "mkdir", cgroupfs_mkdir)
+    monkeypatch.setattr(os, "rmdir", cgroupfs_rmdir)
     parent = tmp_path / "cg"
     parent.mkdir()
     (parent / "cgroup.subtree_control").write_text("memory pids cpu")
@@ -100,9 +107,6 @@ def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
     assert group.stats() == cgroups.Stats(1 << 20, 0.25, 1)
     (d / "cgroup.procs").write_text("")
     assert group.procs() == []
-    for f in (parent / tree.name).rglob("*"):  # a real cgroupfs removes its files with the group
-        if f.is_file():
-            f.unlink()
     tree.close()
     assert not (parent / tree.name).exists()
 
