@@ -64,7 +64,9 @@ class Tree:
         self._upkeep = threading.Thread(target=self._keep, name=f"{name}-upkeep", daemon=True)
 
     @classmethod
-    def create(cls, detection: Detection) -> "Tree":
+    def create(cls, detection: Detection, workers: int = 1) -> "Tree":
+        """`workers` concurrent jobs: the tree's CPU weight is that many ordinary processes', so
+        a job contending with the host's own processes gets what a bare process would."""
         for d in detection.dirs.values():
             _sweep_stale(d)
         tree = cls(detection, f"{_PREFIX}{os.getpid()}-{secrets.token_hex(3)}")
@@ -77,6 +79,9 @@ class Tree:
                 if not set(V2_REQUIRED) <= set(_read(f"{parent}/cgroup.subtree_control").split()):
                     _write(f"{parent}/cgroup.subtree_control", enable)
                 _write(f"{tree._bases['unified']}/cgroup.subtree_control", enable)
+                _write(f"{tree._bases['unified']}/cpu.weight", min(10_000, 100 * workers))
+            else:
+                _write(f"{tree._bases['cpu']}/cpu.shares", 1024 * workers)
             tree.zygotes.create()
         except OSError as e:
             tree.close()

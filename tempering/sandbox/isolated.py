@@ -42,7 +42,7 @@ class IsolatedSandbox:
         self._pool: WarmPool | None = None
         self._log = ExecLog(log_dir) if log_dir is not None else None
         try:
-            self._tree = cgroups.Tree.create(caps.cgroups)
+            self._tree = cgroups.Tree.create(caps.cgroups, workers=cfg.workers)
             self._pool = WarmPool(cfg.workers if cfg.warm_pool else 0, self._start_zygote, self._prepare)
             self._pool.fill()
         except (cgroups.CgroupError, ZygoteError) as e:

@@ -70,7 +70,7 @@ def limited(tree, memory_bytes, pids, cpus):
 
 
 V2_FILES = ("cgroup.procs", "cgroup.subtree_control", "cgroup.kill", "memory.max", "memory.swap.max",
-            "pids.max", "cpu.max")
+            "pids.max", "cpu.max", "cpu.weight")
 
 
 def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
@@ -93,7 +93,7 @@ def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
     parent.mkdir()
     (parent / "cgroup.subtree_control").write_text("memory pids cpu")
     (parent / "memory.swap.max").write_text("max")
-    tree = cgroups.Tree.create(hierarchy.Detection(2, {"unified": str(parent)}))
+    tree = cgroups.Tree.create(hierarchy.Detection(2, {"unified": str(parent)}), workers=3)
     group = limited(tree, 64 << 20, 16, 0.5)
     d = Path(group.dirs["unified"])
     assert (d / "memory.max").read_text() == str(64 << 20)
@@ -101,6 +101,7 @@ def test_v2_job_group_on_a_fake_tree(tmp_path, monkeypatch):
     assert (d / "cpu.max").read_text() == "50000 100000"
     assert (d / "memory.swap.max").read_text() == "0"
     assert (parent / tree.name / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    assert (parent / tree.name / "cpu.weight").read_text() == "300"
     (d / "memory.peak").write_text("1048576\n")
     (d / "cpu.stat").write_text("usage_usec 250000\nuser_usec 1\n")
     (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
