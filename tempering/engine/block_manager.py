@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 from tempering.engine.sequence import DROPPED, Sequence
 
@@ -25,7 +25,9 @@ class BlockManager:
         self.num_blocks, self.block_size, self.prefix_cache = num_blocks, block_size, prefix_cache
         self.ref = [0] * num_blocks
         self.hash_of: list[bytes | None] = [None] * num_blocks
-        self.free: deque[int] = deque(range(num_blocks))
+        # A stack: the most recently freed block is reused first, so the pool's touched memory
+        # stays at the peak working set instead of cycling through every page.
+        self.free: list[int] = list(range(num_blocks - 1, -1, -1))
         self.cached: dict[bytes, int] = {}  # hash -> block holding that KV
         self.evictable: OrderedDict[int, None] = OrderedDict()  # ref 0 and cached, oldest first
         self.stats = {"query_tokens": 0, "hit_tokens": 0, "evictions": 0}
@@ -41,7 +43,7 @@ class BlockManager:
 
     def _take(self) -> int:
         if self.free:
-            block = self.free.popleft()
+            block = self.free.pop()
         else:
             block, _ = self.evictable.popitem(last=False)  # least recently used
             del self.cached[self.hash_of[block]]
