@@ -31,7 +31,7 @@ class WarmPool:
         self._ready: list[Zygote] = []  # idle, with a prepared init
         self._busy: set[Zygote] = set()
         self._preparing: set[Zygote] = set()
-        self._failed: set[Zygote] = set()
+        self._doomed: set[Zygote] = set()  # to close once neither busy nor preparing
         self._closed = False
         self._todo: queue.SimpleQueue[Zygote | None] = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._prepare_loop, name="tempering-sandbox-prepare", daemon=True)
@@ -40,28 +40,27 @@ class WarmPool:
     def fill(self) -> None:
         """Start and prepare sandboxes until the pool is full (in parallel). Raises ZygoteError."""
         results: list = [None] * self.size
-        threads = [threading.Thread(target=self._cold, args=(results, i)) for i in range(self.size)]
+
+        def cold(i: int) -> None:
+            try:
+                results[i] = self._start_prepared()
+            except ZygoteError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=cold, args=(i,)) for i in range(self.size)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         errors = [r for r in results if isinstance(r, ZygoteError)]
-        with self._cond:
-            for z in results:
-                if isinstance(z, Zygote) and not errors:
-                    self._members.add(z)
-                    self._ready.append(z)
+        started = [r for r in results if not isinstance(r, ZygoteError)]
         if errors:
-            for z in results:
-                if isinstance(z, Zygote):
-                    z.close()
+            for z in started:
+                z.close()
             raise errors[0]
-
-    def _cold(self, results: list, i: int) -> None:
-        try:
-            results[i] = self._start_prepared()
-        except ZygoteError as e:
-            results[i] = e
+        with self._cond:
+            self._members.update(started)
+            self._ready.extend(started)
 
     def _start_prepared(self) -> Zygote:
         z = self._start()
@@ -75,24 +74,28 @@ class WarmPool:
     def acquire(self) -> tuple[Zygote, bool]:
         """(zygote with a prepared init, warm). Raises ZygoteError when a cold start fails."""
         deadline = time.monotonic() + WAIT_FOR_PREPARING_S
+        dead = []
         with self._cond:
-            while not self._ready and self._idle_preparing() and time.monotonic() < deadline:
+            while True:
+                while self._ready:
+                    z = self._ready.pop()
+                    if z.alive():
+                        self._busy.add(z)
+                        return z, True
+                    self._members.discard(z)
+                    dead.append(z)
+                idle_preparing = any(z not in self._busy for z in self._preparing)
+                if not idle_preparing or time.monotonic() >= deadline:
+                    break
                 self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
-            while self._ready:
-                z = self._ready.pop()
-                if z.alive():
-                    self._busy.add(z)
-                    return z, True
-                self._drop_locked(z)
+        for z in dead:
+            z.close()
         z = self._start_prepared()
         with self._cond:
             if not self._closed and len(self._members) < self.size:
                 self._members.add(z)
             self._busy.add(z)
         return z, False
-
-    def _idle_preparing(self) -> bool:
-        return any(z not in self._busy for z in self._preparing)
 
     def dispatched(self, z: Zygote) -> None:
         """Its job is handed over: prepare the next init now, in the background."""
@@ -104,43 +107,42 @@ class WarmPool:
     def release(self, z: Zygote, healthy: bool) -> None:
         with self._cond:
             self._busy.discard(z)
-            if not healthy or z in self._failed or z not in self._members or self._closed or not z.alive():
-                self._drop_locked(z)
-            elif z not in self._preparing:
-                self._ready.append(z)
-                self._cond.notify_all()
+            if not healthy or z not in self._members or self._closed or not z.alive():
+                self._doomed.add(z)
+            self._settle(z)
 
     def _prepare_loop(self) -> None:
         while (z := self._todo.get()) is not None:
             try:
                 self._prepare(z)
             except ZygoteError as e:
-                print(f"tempering sandbox: dropping a sandbox: {e}", file=sys.stderr)
+                print(f"tempering sandbox: replacing a sandbox: {e}", file=sys.stderr)
                 with self._cond:
-                    self._failed.add(z)
+                    self._doomed.add(z)
             with self._cond:
                 self._preparing.discard(z)
-                if z not in self._busy:
-                    if z in self._failed or self._closed:
-                        self._drop_locked(z)
-                    else:
-                        self._ready.append(z)
-                self._cond.notify_all()
+                self._settle(z)
 
-    def _drop_locked(self, z: Zygote) -> None:
-        """Forget `z` and close it (closing only waits for its processes: fine under the lock)."""
-        self._members.discard(z)
-        self._failed.discard(z)
-        if z in self._ready:
-            self._ready.remove(z)
-        z.close()
+    def _settle(self, z: Zygote) -> None:
+        """Under the lock: once `z` is neither running a job nor preparing, make it ready or
+        close it (on a thread of its own: closing waits for the sandbox to end)."""
+        if z in self._busy or z in self._preparing:
+            return
+        if z in self._doomed or self._closed:
+            self._doomed.discard(z)
+            self._members.discard(z)
+            threading.Thread(target=z.close, name="tempering-sandbox-close").start()
+        else:
+            self._ready.append(z)
+            self._cond.notify_all()
 
     def close(self) -> None:
         """Close idle zygotes now; busy ones are closed when released."""
         with self._cond:
             self._closed = True
+            idle, self._ready = self._ready, []
+            self._members.difference_update(idle)
         self._todo.put(None)
         self._worker.join()
-        with self._cond:
-            for z in list(self._ready):
-                self._drop_locked(z)
+        for z in idle:
+            z.close()
