@@ -5,8 +5,11 @@ prefill. The step's metadata (`StepMeta`, built once by the model runner and sha
 layers) says where each token's key/value is written in the pool and which pool slots each query
 reads. Per layer: one write, one gather and one SDPA for all decode tokens together (padded to
 the longest context, masked), and one SDPA per prefill chunk. A chunk that starts a sequence with
-no cached prefix attends to its own fresh keys causally, without touching the pool. With
-`flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding window + sinks
+no cached prefix attends to its own fresh keys causally, without touching the pool. Decode
+tokens of sequences that share a long prefix of blocks (the n samples of one prompt, requests
+with a common system prompt) read that prefix once for the whole group (cascade attention: the
+group's queries against the shared keys, each sequence's own keys separately, merged by their
+log-sum-exp), instead of gathering and scanning the same keys once per sequence. With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding window + sinks
 skip whole blocks). It does not decide what is in the step: that is the scheduler's job.
 """
 
@@ -33,13 +36,29 @@ class PrefillChunk:
 
 
 @dataclass
+class SharedPrefix:
+    rows: torch.Tensor  # decode rows (sequences) that share the prefix
+    index: torch.Tensor  # [P] pool slots of the shared prefix's keys
+
+
+@dataclass
 class StepMeta:
     write_slots: torch.Tensor  # [N] pool slot of every token of the step
     num_decode: int = 0  # the first num_decode tokens are decode tokens
     decode_index: torch.Tensor | None = None  # [num_decode * decode_keys] slots
     decode_keys: int = 0
     decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, decode_keys] bool
+    decode_bias: torch.Tensor | None = None  # the same as 0 / -inf, when `shared` is used
+    shared: list[SharedPrefix] = field(default_factory=list)  # decode_index then holds own keys only
     prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+# Returns the log-sum-exp with the output, which merging attention over split keys needs.
+_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def cascade_available() -> bool:
+    return _FLASH_WITH_LSE is not None
 
 
 @functools.lru_cache(maxsize=2)
@@ -78,12 +97,36 @@ class PagedAttention:
             kk = kk.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
             vv = vv.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
             qd = q[0, :, :b].transpose(0, 1).unsqueeze(2)  # [B, H, 1, D]
-            o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=meta.decode_mask, enable_gqa=gqa)
-            out[0, :, :b] = o[:, :, 0].transpose(0, 1)
+            if meta.shared:
+                out[0, :, :b] = self._cascade(layer, qd, kk, vv).transpose(0, 1)
+            else:
+                o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=meta.decode_mask, enable_gqa=gqa)
+                out[0, :, :b] = o[:, :, 0].transpose(0, 1)
         for c in meta.prefills:
             span = slice(c.start, c.start + c.length)
             out[:, :, span] = self._prefill(layer, q[:, :, span], k[:, :, span], v[:, :, span], c, gqa)
         return out
+
+    def _cascade(self, layer: int, qd: torch.Tensor, kk: torch.Tensor, vv: torch.Tensor) -> torch.Tensor:
+        """Decode attention where groups of rows share prefix keys. -> [B, H, D]"""
+        b, heads, _, d = qd.shape
+        kvh = kk.shape[1]
+        rep = heads // kvh
+        qr = qd.reshape(b, kvh, rep, d)  # a kv head's query heads act as its query positions
+        o, lse = _FLASH_WITH_LSE(qr, kk, vv, attn_mask=self.meta.decode_bias)  # own keys
+        for sp in self.meta.shared:
+            kp, vp = self.pool.gather(layer, sp.index, buffer=1)
+            g = len(sp.rows)
+            qg = qr.index_select(0, sp.rows).transpose(0, 1).reshape(1, kvh, g * rep, d)
+            o1, l1 = _FLASH_WITH_LSE(qg, kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0))
+            o1 = o1.view(kvh, g, rep, d).transpose(0, 1)
+            l1 = l1.view(kvh, g, rep).transpose(0, 1)
+            o2, l2 = o.index_select(0, sp.rows), lse.index_select(0, sp.rows)
+            top = torch.maximum(l1, l2)
+            w1, w2 = (l1 - top).exp_(), (l2 - top).exp_()
+            merged = (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None]
+            o.index_copy_(0, sp.rows, merged)
+        return o.reshape(b, heads, d)
 
     def _prefill(self, layer, q, k, v, c: PrefillChunk, gqa: bool) -> torch.Tensor:
         if c.index is None:

@@ -30,7 +30,7 @@ class KVPool:
         if self.quantized:
             self.k_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
             self.v_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
-        self._buf_k = self._buf_v = torch.empty(0)
+        self._bufs = [(torch.empty(0), torch.empty(0)), (torch.empty(0), torch.empty(0))]
 
     @property
     def bytes_per_token(self) -> int:
@@ -53,13 +53,16 @@ class KVPool:
             self.k[layer].index_copy_(0, slots, k)
             self.v[layer].index_copy_(0, slots, v)
 
-    def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """index [M] slots -> k, v [M, kv_heads, head_dim] fp32, valid until the next gather."""
+    def gather(self, layer: int, index: torch.Tensor, buffer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """index [M] slots -> k, v [M, kv_heads, head_dim] fp32, valid until the next gather
+        into the same `buffer` (0 or 1: two gathers can be alive at once)."""
         m = index.numel()
-        if self._buf_k.shape[0] < m:
-            shape = (max(m, 2 * self._buf_k.shape[0]), self.kv_heads, self.head_dim)
-            self._buf_k, self._buf_v = torch.empty(shape), torch.empty(shape)
-        bk, bv = self._buf_k[:m], self._buf_v[:m]
+        bk, bv = self._bufs[buffer]
+        if bk.shape[0] < m:
+            shape = (max(m, 2 * bk.shape[0]), self.kv_heads, self.head_dim)
+            bk, bv = torch.empty(shape), torch.empty(shape)
+            self._bufs[buffer] = (bk, bv)
+        bk, bv = bk[:m], bv[:m]
         if not self.quantized:
             torch.index_select(self.k[layer], 0, index, out=bk)
             torch.index_select(self.v[layer], 0, index, out=bv)

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from tempering.engine.attention import PagedAttention, PrefillChunk, StepMeta, flex_block_mask
+from tempering.engine.attention import (PagedAttention, PrefillChunk, SharedPrefix, StepMeta, cascade_available,
+                                         flex_block_mask)
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.sequence import Sequence
 from tempering.models import Decoder
+
+
+MIN_SHARED_TOKENS = 64  # shorter shared prefixes are cheaper to read per sequence
 
 
 class ModelRunner:
@@ -24,6 +28,8 @@ class ModelRunner:
         self.bs = pool.block_size
         self.window, self.sinks = window, sinks
         self.flex, self.compile_flex = flex, compile_flex
+        self.cascade = cascade_available() and not window
+        self.shared_prefix_reads = 0  # decode rows that read a shared prefix once for their group
 
     @torch.no_grad()
     def run(self, items: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
@@ -87,15 +93,47 @@ class ModelRunner:
 
     def _decode_meta(self, meta: StepMeta, seqs: list[Sequence]) -> None:
         lengths = torch.tensor([s.num_computed + 1 for s in seqs])
-        width = int(lengths.max())
-        if self.window:
-            width = min(width, self.sinks + self.window)
         widest = max(len(s.block_table) for s in seqs)
         table = torch.tensor([s.block_table + [0] * (widest - len(s.block_table)) for s in seqs])
-        pos, valid = self._key_positions(lengths, width)
+        starts = torch.zeros(len(seqs), dtype=torch.long)
+        if self.cascade:
+            for rows, blocks in self._shared_prefixes(seqs):
+                meta.shared.append(SharedPrefix(torch.tensor(rows), table[rows[0], :blocks].repeat_interleave(
+                    self.bs) * self.bs + torch.arange(self.bs).repeat(blocks)))
+                starts[rows] = blocks * self.bs
+                self.shared_prefix_reads += len(rows)
+        own = lengths - starts
+        width = int(own.max())
+        if self.window:
+            width = min(width, self.sinks + self.window)
+        pos, valid = self._key_positions(own, width)
+        pos = pos + starts[:, None]
         meta.decode_index = self._slots(table, pos, valid).reshape(-1)
         meta.decode_keys = width
         meta.decode_mask = valid[:, None, None, :]
+        if meta.shared:
+            meta.decode_bias = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+
+    def _shared_prefixes(self, seqs: list[Sequence]) -> list[tuple[list[int], int]]:
+        """Groups of decode rows whose block tables start with the same blocks (shared blocks are
+        always full), with the number of blocks they share."""
+        by_first: dict[int, list[int]] = {}
+        for i, s in enumerate(seqs):
+            if len(s.block_table) * self.bs > MIN_SHARED_TOKENS:
+                by_first.setdefault(s.block_table[0], []).append(i)
+        groups = []
+        for rows in by_first.values():
+            if len(rows) < 2:
+                continue
+            first = seqs[rows[0]].block_table
+            n = min(len(seqs[i].block_table) for i in rows) - 1  # a row's last block is its own
+            for i in rows[1:]:
+                other = seqs[i].block_table
+                while n and other[:n] != first[:n]:
+                    n = _common_prefix(first, other, n)
+            if n * self.bs >= MIN_SHARED_TOKENS:
+                groups.append((rows, n))
+        return groups
 
     def _prefill_chunk(self, seq: Sequence, start: int, count: int) -> PrefillChunk:
         first = seq.num_computed
@@ -117,3 +155,16 @@ class ModelRunner:
         if self.flex:
             chunk.block_mask = flex_block_mask(q_pos, k_pos, self.window, self.sinks)
         return chunk
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """Length of the longest common prefix of a[:limit] and b[:limit] (binary search on slices,
+    which compare at C speed)."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

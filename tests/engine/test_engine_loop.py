@@ -32,8 +32,9 @@ def test_logprobs_equal_the_trainer_under_every_layout(model, options):
 def test_samples_of_a_group_share_the_prompt_blocks(model):
     engine = LLM(model, max_seq_len=256)
     prompt = random_prompts(1, 101, 102, seed=2)[0]
-    out = engine.generate([prompt], SamplingParams(n=8, temperature=1.0, max_tokens=4, seed=0, ignore_eos=True))[0]
+    out = engine.generate([prompt], SamplingParams(n=8, temperature=1.0, max_tokens=12, seed=0, ignore_eos=True))[0]
     assert engine.stats["computed_tokens"] == len(prompt)  # the prompt ran once, not 8 times
+    assert engine.runner.shared_prefix_reads > 0  # decode read the shared prompt once per group
     assert len({tuple(c.token_ids) for c in out.outputs}) > 1
     for c in out.outputs:
         assert_matches_trainer(model, prompt, c)
