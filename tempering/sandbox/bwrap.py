@@ -1,11 +1,13 @@
 """What a sandbox looks like from inside, as a bubblewrap command line, and the files it needs.
 
-`Staging` is a private host directory holding a copy of the guest package and a minimal
-/etc (passwd, group, hosts); it is copied because the installed package may sit where the
-unprivileged sandbox user cannot read it. `command` builds the bwrap argv: every namespace
+`Staging` is a private host directory holding a copy of the guest package (the installed
+package may sit where the unprivileged sandbox user cannot read it) and a minimal /etc: our
+own passwd, group and hosts plus copies of the few host files programs need (the loader
+cache, time zone, ...), one directory bound once, because every mount is copied into and torn
+down with each job's mount namespace. `command` builds the bwrap argv: every namespace
 unshared (user, pid, net, ipc, uts, cgroup), no further user namespaces, a clean environment,
-a new session, only the system directories and a few /etc files bound read-only, a read-only
-/dev and root, and the zygote as the program. Per-job mounts are the guest's (`guest.job`).
+a new session, only the system directories and that /etc bound read-only, a read-only /dev
+and root, and the zygote as the program. Per-job mounts are the guest's (`guest.job`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec gran
 PATH = "/usr/local/bin:/usr/bin:/bin"
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
-        "protocols", "services", "mime.types", "ssl")
+        "protocols", "services", "mime.types", "ssl/certs", "ssl/openssl.cnf")
 _PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
            f"sandbox:x:{GUEST_UID}:{GUEST_UID}:sandbox:/workspace:/bin/sh\n"
            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
@@ -46,14 +48,36 @@ class Staging:
         for src in Path(guest.__file__).parent.glob("*.py"):
             shutil.copyfile(src, root / "guest" / src.name)
             os.chmod(root / "guest" / src.name, 0o644)
-        (root / "etc").mkdir(mode=0o755)
+        etc = root / "etc"
+        etc.mkdir(mode=0o755)
+        for name in _ETC + tuple(os.path.basename(p) for p in glob.glob("/etc/python3*")):
+            _copy_public(Path("/etc", name), etc / name)
         for name, text in (("passwd", _PASSWD), ("group", _GROUP), ("hosts", _HOSTS)):
-            (root / "etc" / name).write_text(text)
-            os.chmod(root / "etc" / name, 0o644)
+            (etc / name).write_text(text)
+            os.chmod(etc / name, 0o644)
         return cls(root)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _copy_public(src: Path, dst: Path) -> None:
+    """Copy a world-readable file or directory, symlinks as symlinks; skip anything else
+    (a private key is not world-readable, so it never reaches a sandbox)."""
+    try:
+        st = src.lstat()
+    except FileNotFoundError:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_dir() and st.st_mode & 0o005 == 0o005:
+        dst.mkdir(mode=0o755)
+        for child in src.iterdir():
+            _copy_public(child, dst / child.name)
+    elif src.is_file() and st.st_mode & 0o004:
+        shutil.copyfile(src, dst)
+        os.chmod(dst, 0o644)
 
 
 def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str, ...],
@@ -72,11 +96,7 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    for name in _ETC + tuple(os.path.basename(p) for p in glob.glob("/etc/python3*")):
-        if os.path.exists(f"/etc/{name}"):
-            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    for name in ("passwd", "group", "hosts"):
-        argv += ["--ro-bind", str(staging.root / "etc" / name), f"/etc/{name}"]
+    argv += ["--ro-bind", str(staging.root / "etc"), "/etc"]
     argv += ["--ro-bind", str(staging.root / "guest"), f"{GUEST_ROOT}/guest"]
     for path in ro_paths:
         argv += ["--ro-bind", path, path]
