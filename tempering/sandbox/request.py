@@ -11,7 +11,9 @@ from tempering.records import ExecResult
 @dataclass(frozen=True)
 class ExecRequest:
     """One program run. `files` are written into a fresh workspace (the working directory);
-    files matching `collect` (workspace-relative names) are read back after the run."""
+    files named in `collect` (workspace-relative) are read back after the run. Limits: wall
+    clock (`time_limit_s`), memory including the job's tmpfs files (`memory_mb`), processes and
+    threads (`pids`), and stdout plus stderr together (`output_limit_bytes`)."""
 
     command: tuple[str, ...]
     files: Mapping[str, bytes] = field(default_factory=dict)
@@ -30,6 +32,11 @@ class ExecRequest:
             raise ValueError(f"ExecRequest limits must be positive: {self}")
         if self.pids <= 0:
             raise ValueError(f"ExecRequest.pids must be positive: {self.pids}")
+        # The job's init holds the files (encoded and decoded) while writing them into the
+        # job's tmpfs, all inside the job's memory limit.
+        size = sum(len(data) for data in self.files.values())
+        if size * 4 > self.memory_mb << 20:
+            raise ValueError(f"ExecRequest.files hold {size} bytes: more than a quarter of memory_mb={self.memory_mb}")
         for name in (*self.files, *self.collect):
             parts = name.split("/")
             if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
@@ -40,6 +47,9 @@ class ExecRequest:
 
 
 class Sandbox(Protocol):
+    """A backend. `run` may be called from many threads at once and never raises for what the
+    program does or for its own failures (those are `reason=sandbox_error`); `close` ends it."""
+
     name: str
 
     def run(self, request: ExecRequest) -> ExecResult: ...
