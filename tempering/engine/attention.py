@@ -42,14 +42,22 @@ class SharedPrefix:
 
 
 @dataclass
+class DecodeBucket:
+    """Decode rows [lo, hi) of the step (contexts of similar length), padded to `keys` keys."""
+    lo: int
+    hi: int
+    keys: int
+    index: torch.Tensor  # [(hi - lo) * keys] pool slots
+    mask: torch.Tensor  # [hi - lo, 1, 1, keys] bool
+    bias: torch.Tensor | None = None  # the same as 0 / -inf, for the log-sum-exp kernel
+
+
+@dataclass
 class StepMeta:
     write_slots: torch.Tensor  # [N] pool slot of every token of the step
     num_decode: int = 0  # the first num_decode tokens are decode tokens
-    decode_index: torch.Tensor | None = None  # [num_decode * decode_keys] slots
-    decode_keys: int = 0
-    decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, decode_keys] bool
-    decode_bias: torch.Tensor | None = None  # the same as 0 / -inf, when `shared` is used
-    shared: list[SharedPrefix] = field(default_factory=list)  # decode_index then holds own keys only
+    decode: list[DecodeBucket] = field(default_factory=list)
+    shared: list[SharedPrefix] = field(default_factory=list)  # then `decode` holds own keys only
     prefills: list[PrefillChunk] = field(default_factory=list)
 
 
@@ -92,28 +100,40 @@ class PagedAttention:
         out = torch.empty_like(q)
         gqa = q.shape[1] != k.shape[1]
         if meta.num_decode:
-            b, n = meta.num_decode, meta.decode_keys
-            kk, vv = pool.gather(layer, meta.decode_index)
-            kk = kk.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
-            vv = vv.view(b, n, pool.kv_heads, pool.head_dim).transpose(1, 2)
-            qd = q[0, :, :b].transpose(0, 1).unsqueeze(2)  # [B, H, 1, D]
-            if meta.shared:
-                out[0, :, :b] = self._cascade(layer, qd, kk, vv).transpose(0, 1)
-            else:
-                o = F.scaled_dot_product_attention(qd, kk, vv, attn_mask=meta.decode_mask, enable_gqa=gqa)
-                out[0, :, :b] = o[:, :, 0].transpose(0, 1)
+            out[0, :, :meta.num_decode] = self._decode(layer, q[0, :, :meta.num_decode]).transpose(0, 1)
         for c in meta.prefills:
             span = slice(c.start, c.start + c.length)
             out[:, :, span] = self._prefill(layer, q[:, :, span], k[:, :, span], v[:, :, span], c, gqa)
         return out
 
-    def _cascade(self, layer: int, qd: torch.Tensor, kk: torch.Tensor, vv: torch.Tensor) -> torch.Tensor:
-        """Decode attention where groups of rows share prefix keys. -> [B, H, D]"""
-        b, heads, _, d = qd.shape
-        kvh = kk.shape[1]
+    def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """q [H, B, D] (one query per decode row) -> [B, H, D]."""
+        heads, b, d = q.shape
+        pool, kvh = self.pool, self.pool.kv_heads
         rep = heads // kvh
-        qr = qd.reshape(b, kvh, rep, d)  # a kv head's query heads act as its query positions
-        o, lse = _FLASH_WITH_LSE(qr, kk, vv, attn_mask=self.meta.decode_bias)  # own keys
+        qd = q.transpose(0, 1).unsqueeze(2)  # [B, H, 1, D]
+        out = q.new_empty(b, heads, d)
+        lse = q.new_empty(b, kvh, rep) if self.meta.shared else None
+        for bk in self.meta.decode:
+            kk, vv = pool.gather(layer, bk.index)
+            kk = kk.view(bk.hi - bk.lo, bk.keys, kvh, d).transpose(1, 2)
+            vv = vv.view(bk.hi - bk.lo, bk.keys, kvh, d).transpose(1, 2)
+            rows = qd[bk.lo: bk.hi]
+            if lse is None:
+                o = F.scaled_dot_product_attention(rows, kk, vv, attn_mask=bk.mask, enable_gqa=rep > 1)
+                out[bk.lo: bk.hi] = o[:, :, 0]
+            else:  # a kv head's query heads act as its query positions
+                o, l = _FLASH_WITH_LSE(rows.reshape(-1, kvh, rep, d), kk, vv, attn_mask=bk.bias)
+                out[bk.lo: bk.hi] = o.reshape(-1, heads, d)
+                lse[bk.lo: bk.hi] = l
+        if lse is not None:
+            self._merge_shared(layer, qd.reshape(b, kvh, rep, d), out.view(b, kvh, rep, d), lse)
+        return out
+
+    def _merge_shared(self, layer: int, qr: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+        """Cascade: each group's queries against its shared prefix keys at once, merged into the
+        rows' own-key results `o` [B, KVH, rep, D] by log-sum-exp (in place)."""
+        _, kvh, rep, d = qr.shape
         for sp in self.meta.shared:
             kp, vp = self.pool.gather(layer, sp.index, buffer=1)
             g = len(sp.rows)
@@ -124,9 +144,7 @@ class PagedAttention:
             o2, l2 = o.index_select(0, sp.rows), lse.index_select(0, sp.rows)
             top = torch.maximum(l1, l2)
             w1, w2 = (l1 - top).exp_(), (l2 - top).exp_()
-            merged = (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None]
-            o.index_copy_(0, sp.rows, merged)
-        return o.reshape(b, heads, d)
+            o.index_copy_(0, sp.rows, (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None])
 
     def _prefill(self, layer, q, k, v, c: PrefillChunk, gqa: bool) -> torch.Tensor:
         if c.index is None:

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import torch
 
-from tempering.engine.attention import (PagedAttention, PrefillChunk, SharedPrefix, StepMeta, cascade_available,
-                                         flex_block_mask)
+from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChunk, SharedPrefix, StepMeta,
+                                         cascade_available, flex_block_mask)
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.sequence import Sequence
 from tempering.models import Decoder
 
 
 MIN_SHARED_TOKENS = 64  # shorter shared prefixes are cheaper to read per sequence
+BUCKET_FILL = 0.75  # a decode bucket takes rows while their context is >= this x its longest
+MIN_BUCKET_ROWS = 8  # below this a separate attention call costs more than the padding it saves
 
 
 class ModelRunner:
@@ -103,16 +105,16 @@ class ModelRunner:
                 starts[rows] = blocks * self.bs
                 self.shared_prefix_reads += len(rows)
         own = lengths - starts
-        width = int(own.max())
-        if self.window:
-            width = min(width, self.sinks + self.window)
-        pos, valid = self._key_positions(own, width)
-        pos = pos + starts[:, None]
-        meta.decode_index = self._slots(table, pos, valid).reshape(-1)
-        meta.decode_keys = width
-        meta.decode_mask = valid[:, None, None, :]
-        if meta.shared:
-            meta.decode_bias = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+        for lo, hi in _buckets(own.tolist()):
+            width = int(own[lo:hi].max())
+            if self.window:
+                width = min(width, self.sinks + self.window)
+            pos, valid = self._key_positions(own[lo:hi], width)
+            index = self._slots(table[lo:hi], pos + starts[lo:hi, None], valid).reshape(-1)
+            bucket = DecodeBucket(lo, hi, width, index, valid[:, None, None, :])
+            if meta.shared:
+                bucket.bias = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+            meta.decode.append(bucket)
 
     def _shared_prefixes(self, seqs: list[Sequence]) -> list[tuple[list[int], int]]:
         """Groups of decode rows whose block tables start with the same blocks (shared blocks are
@@ -168,3 +170,17 @@ def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def _buckets(lengths: list[int]) -> list[tuple[int, int]]:
+    """Split rows (sorted by context length, longest first) into ranges padded together: a range
+    takes rows while they fill BUCKET_FILL of its longest context, and has MIN_BUCKET_ROWS rows
+    at least. -> [(lo, hi)]"""
+    out, lo = [], 0
+    while lo < len(lengths):
+        hi = min(lo + MIN_BUCKET_ROWS, len(lengths))
+        while hi < len(lengths) and lengths[hi] >= BUCKET_FILL * lengths[lo]:
+            hi += 1
+        out.append((lo, hi))
+        lo = hi
+    return out

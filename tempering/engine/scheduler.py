@@ -65,7 +65,9 @@ class Scheduler:
             self.running.append(seq)
             items.append((seq, count))
             budget -= count
-        items.sort(key=lambda item: item[1] != 1)  # decode items first, order otherwise kept
+        # Decode items first, longest context first (the runner pads contexts in buckets of
+        # similar length), prefill chunks after them in scheduling order.
+        items.sort(key=lambda item: (item[1] != 1, -item[0].num_computed if item[1] == 1 else 0))
         return items
 
     def preempt_all(self) -> None:
