@@ -73,7 +73,8 @@ def cascade_available() -> bool:
 def _flex(compiled: bool):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=True) if compiled else flex_attention
+    # Static shapes: inductor's CPU flex template fails to build with dynamic ones (torch 2.13).
+    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
 
 def flex_block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, sinks: int, block: int = 16):
@@ -153,7 +154,11 @@ class PagedAttention:
         kk = kk.transpose(0, 1).unsqueeze(0)  # [1, KVH, keys, D]
         vv = vv.transpose(0, 1).unsqueeze(0)
         if c.block_mask is not None:
+            rows = q.shape[2]
+            padded = c.block_mask.shape[-2]
+            if padded > rows:  # compiled flex runs on shapes padded to a few sizes
+                q = torch.cat([q, q.new_zeros(*q.shape[:2], padded - rows, q.shape[3])], dim=2)
             with warnings.catch_warnings():  # eager flex is a deliberate choice (no compile wait)
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-                return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)
+                return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)[:, :, :rows]
         return F.scaled_dot_product_attention(q, kk, vv, attn_mask=c.mask, enable_gqa=gqa)

@@ -155,6 +155,9 @@ class ModelRunner:
             mask &= (k_pos[None, :] < self.sinks) | (k_pos[None, :] > q_pos[:, None] - self.window)
         chunk = PrefillChunk(start, count, index, mask)
         if self.flex:
+            if self.compile_flex:  # compiled kernels are per shape: pad to few shapes
+                q_pos, k_pos = _pad(q_pos, -1), _pad(k_pos, 1 << 40)  # padding sees / is seen by nothing
+                chunk.index = torch.cat([index, index.new_zeros(len(k_pos) - len(index))])
             chunk.block_mask = flex_block_mask(q_pos, k_pos, self.window, self.sinks)
         return chunk
 
@@ -184,3 +187,7 @@ def _buckets(lengths: list[int]) -> list[tuple[int, int]]:
         out.append((lo, hi))
         lo = hi
     return out
+
+
+def _pad(x: torch.Tensor, value: int, multiple: int = 128) -> torch.Tensor:
+    return torch.cat([x, x.new_full((-len(x) % multiple,), value)])
