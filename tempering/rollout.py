@@ -64,6 +64,7 @@ class RolloutSpec:
     """What a rollout worker builds its components from (their own config sections)."""
 
     arch: Arch
+    run_dir: str  # the sandbox's per-execution log goes here
     tokenizer_dir: str
     engine: EngineConfig
     sandbox: SandboxConfig
@@ -97,7 +98,8 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
     engine = LLM(Decoder(spec.arch), tokenizer, spec.engine)
     engine.version = -1
     pool = TaskPool(spec.tasks, seed_offset=spec.first_batch)
-    reward = RewardService(spec.reward, make_sandbox(spec.sandbox))
+    sandbox = make_sandbox(spec.sandbox, spec.run_dir)
+    reward = RewardService(spec.reward, sandbox)
     r = spec.rollout
     params = SamplingParams(n=r.samples_per_task, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens)
     index = spec.first_batch
@@ -115,6 +117,7 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
             index += 1
     finally:
         reward.close()
+        sandbox.close()
 
 
 def _admitted(store: WeightStore, version: int, stop: Any, timeout: float) -> bool:

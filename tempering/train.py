@@ -30,7 +30,7 @@ from tempering.records import Group
 from tempering.reward import RewardService
 from tempering.rollout import RolloutBatch, RolloutSpec, run_rollout_worker
 from tempering.runtime import LocalRuntime
-from tempering.sandbox import make_sandbox
+from tempering.sandbox import Sandbox, make_sandbox
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -46,6 +46,7 @@ class Run:
     model: Decoder
     trainer: Trainer
     pool: TaskPool
+    sandbox: Sandbox
     reward: RewardService
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
 
@@ -62,6 +63,7 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
         return finish(run, final, started)
     finally:
         run.reward.close()
+        run.sandbox.close()
 
 
 def rl_loop(run: Run, started: float) -> None:
@@ -124,8 +126,8 @@ def prepare(cfg: Config, resume: bool) -> Run:
                       total_steps=cfg.run.steps)
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
-    reward = RewardService(cfg.reward, make_sandbox(cfg.sandbox))
-    return Run(cfg, run_dir, tokenizer, model, trainer, pool, reward, state)
+    sandbox = make_sandbox(cfg.sandbox, run_dir)
+    return Run(cfg, run_dir, tokenizer, model, trainer, pool, sandbox, RewardService(cfg.reward, sandbox), state)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
@@ -152,7 +154,7 @@ def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
 def rollout_spec(run: Run) -> RolloutSpec:
     cfg = run.cfg
     return RolloutSpec(
-        arch=run.model.arch, tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine, sandbox=cfg.sandbox,
+        arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine, sandbox=cfg.sandbox,
         tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
         seed=cfg.run.seed, first_batch=run.state["step"], threads=cfg.run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s)

@@ -63,10 +63,12 @@ def test_pool_recovers_when_every_worker_is_stuck(extra_verifiers):
 def test_program_output_runs_in_the_sandbox():
     svc = RewardService(RewardConfig(), UnisolatedSandbox())
     t = task("program_output", answer="14")
-    ok, wrong, broken, loop = svc.score([(t, "print(8+2+4)"), (t, "print(8+2)"), (t, "print(8+"),
+    ok, wrong, broken, loop = svc.score([(t, "print(8+2+4)"), (t, "print(7)"), (t, "print(8+"),
                                          (t, "while True: pass")])
-    assert ok.components == {"outcome": 1.0, "executes": 1.0}
-    assert wrong.components == {"outcome": 0.0, "executes": 1.0} and wrong.reason == "wrong output"
+    assert ok.components == {"outcome": 1.0, "partial": 1.0, "executes": 1.0}
+    assert wrong.components == {"outcome": 0.0, "partial": 0.0, "executes": 1.0} and wrong.reason == "wrong output"
+    close, = svc.score([(t, "print(8+2+5)")])  # prints 15 for 14: one digit of two agrees
+    assert close.components == {"outcome": 0.0, "partial": 0.5, "executes": 1.0}
     assert broken.components["executes"] == 0.0 and "nonzero_exit" in broken.reason and not broken.failed
     assert loop.reason == "program timeout" and not loop.failed
     svc.close()

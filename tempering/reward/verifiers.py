@@ -34,29 +34,35 @@ def exact_answer(task: Task, completion: str, sandbox: Sandbox | None = None) ->
     got, want = completion.strip(), task.answer
     if not got:
         return Verdict({"outcome": 0.0, "partial": 0.0}, "empty answer")
-    same = sum(a == b for a, b in zip(got, want))
-    partial = same / max(len(got), len(want))
     if got == want:
         return Verdict({"outcome": 1.0, "partial": 1.0}, "correct")
-    return Verdict({"outcome": 0.0, "partial": partial}, "wrong answer")
+    return Verdict({"outcome": 0.0, "partial": agreement(got, want)}, "wrong answer")
+
+
+def agreement(got: str, want: str) -> float:
+    """Fraction of positions where the two strings agree, over the longer length."""
+    return sum(a == b for a, b in zip(got, want)) / max(len(got), len(want), 1)
 
 
 def program_output(task: Task, completion: str, sandbox: Sandbox | None) -> Verdict:
-    """Run the completion as a Python program in the sandbox; its stdout must equal the answer."""
+    """Run the completion as a Python program in the sandbox; its stdout must equal the answer.
+    `partial` is the positional agreement of the output with the answer, as for exact answers."""
     if sandbox is None:
         raise InfrastructureError("program_output needs a sandbox and none was given")
     program = completion.strip()
     if not program:
-        return Verdict({"outcome": 0.0, "executes": 0.0}, "empty program")
+        return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, "empty program")
     result = sandbox.run(ExecRequest(
         command=("python3", "-I", "-S", "main.py"), files={"main.py": program.encode()},
         time_limit_s=task.budget.time_limit_s, memory_mb=task.budget.memory_mb, output_limit_bytes=4096))
     if result.reason == ExecReason.SANDBOX_ERROR:
         raise InfrastructureError(f"sandbox failed: {result.error}")
     if not result.ok:
-        return Verdict({"outcome": 0.0, "executes": 0.0}, f"program {result.reason.value}")
-    correct = result.stdout.strip() == task.answer
-    return Verdict({"outcome": float(correct), "executes": 1.0}, "correct" if correct else "wrong output")
+        return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, f"program {result.reason.value}")
+    output = result.stdout.strip()
+    if output == task.answer:
+        return Verdict({"outcome": 1.0, "partial": 1.0, "executes": 1.0}, "correct")
+    return Verdict({"outcome": 0.0, "partial": agreement(output, task.answer), "executes": 1.0}, "wrong output")
 
 
 VERIFIERS: dict[str, Verifier] = {"exact_answer": exact_answer, "program_output": program_output}

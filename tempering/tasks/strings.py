@@ -1,4 +1,4 @@
-"""Strings: reverse a short word over the letters a-j; checked exactly, with per-letter partial credit."""
+"""Strings: reverse a three-letter word over the letters a-h; exact, with per-letter partial credit."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import string
 from tempering.records import Budget, Task
 from tempering.tasks.registry import Domain
 
-LETTERS = string.ascii_lowercase[:10]
+LETTERS = string.ascii_lowercase[:8]
 
 
 def _make(rng: random.Random) -> Task:
-    word = "".join(rng.choice(LETTERS) for _ in range(rng.randint(3, 4)))
+    word = "".join(rng.choice(LETTERS) for _ in range(3))
     return Task(id="", domain="strings", prompt=f"rev {word}=", verifier="exact_answer", answer=word[::-1],
                 reference=word[::-1], budget=Budget(max_tokens=8))
 
 
-DOMAIN = Domain("strings", "reverse a word of 3-4 letters", LETTERS + "rev =", _make)
+DOMAIN = Domain("strings", "reverse a three-letter word", LETTERS + "rev =", _make)
