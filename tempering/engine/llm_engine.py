@@ -59,6 +59,9 @@ class LLM:
         self._forks: dict[int, list[Sequence]] = {}  # request id -> siblings waiting for sample 0
         self._ids = itertools.count()
         self._version = 0
+        # prompt_tokens: of the requests; computed_tokens: prompt (and recomputed) tokens that ran
+        # through the model, the rest came from the prefix cache or a fork; *_slot_steps: KV slots
+        # held by running sequences and how many of them were empty, summed over steps.
         self.stats = {"prompt_tokens": 0, "computed_tokens": 0, "generated_tokens": 0, "steps": 0,
                       "seconds": 0.0, "allocated_slot_steps": 0, "unused_slot_steps": 0, "peak_blocks": 0}
 
