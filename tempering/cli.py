@@ -1,4 +1,4 @@
-"""The `tempering` command: train | generate | tasks | sandbox.
+"""The `tempering` command: train | serve | generate | tasks | sandbox.
 
 Bad input (config, paths, unknown names) is reported as one `error:` line and exit status 2,
 never a traceback. Each subcommand builds what it needs and calls into the package.
@@ -23,6 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
     p.set_defaults(handler=_train)
 
+    from tempering.engine.server import add_parser as add_serve
+    from tempering.sandbox.cli import add_parser as add_sandbox
+
+    add_serve(sub)
+    add_sandbox(sub)
+
     p = sub.add_parser("generate", help="sample completions from a model folder")
     p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
     p.add_argument("prompts", nargs="+")
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(handler=_tasks)
 
     args, rest = parser.parse_known_args(argv)
-    if rest and args.command != "train":
+    if rest and args.command not in ("train", "serve"):  # those take --section.key=value overrides
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.handler(args, rest)
