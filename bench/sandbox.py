@@ -1,7 +1,7 @@
 """Sandbox latency and throughput against a bare, unsandboxed fork+exec of the same jobs.
 
-Two jobs: a trivial Python program (`python3 -c "print(1)"`) and one that runs three unit
-tests (`python3 -m unittest`). For each: p50/p99 latency of a bare fork+exec (subprocess in a
+Three jobs: a trivial Python program (`python3 -c "print(1)"`), a trivial exec (`true`: the
+sandbox's own cost) and a program that runs three unit tests (`python3 -m unittest`). For each: p50/p99 latency of a bare fork+exec (subprocess in a
 prepared directory: no isolation, no limits, no fresh workspace), of the warm pool and of a
 cold start (a new bwrap sandbox per job); the warm/bare p50 ratio; and jobs per second with
 `--workers` concurrent callers, bare and warm. All measured in this one run. Prints one JSON
@@ -40,6 +40,7 @@ class Arithmetic(unittest.TestCase):
 PYTHON = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")  # what the sandbox's PATH finds
 JOBS = {
     "trivial": ExecRequest(command=(PYTHON, "-c", "print(1)")),
+    "trivial_exec": ExecRequest(command=(shutil.which("true", path="/usr/bin:/bin"),)),
     "three_unit_tests": ExecRequest(command=(PYTHON, "-m", "unittest", "-q", "test_arith"),
                                     files={"test_arith.py": TESTS}),
 }

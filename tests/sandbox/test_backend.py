@@ -129,3 +129,17 @@ def test_close_ends_every_sandbox_process(sandbox_cfg):
     sb.close()
     assert wait_until(lambda: not (set(sandbox_processes()) - before))
     assert not any(os.path.exists(f"{d}/{tree.name}") for d in tree.detection.dirs.values())
+
+
+@needs_bwrap
+def test_files_are_collected_even_after_a_timeout(sandbox):
+    r = sandbox.run(py("open('partial.txt', 'w').write('so far')\nimport time\ntime.sleep(60)",
+                       time_limit_s=0.5, collect=("partial.txt",)))
+    assert r.reason == ExecReason.TIMEOUT and r.files == {"partial.txt": b"so far"}, r
+
+
+@needs_bwrap
+def test_a_job_the_init_cannot_set_up_is_a_sandbox_error(sandbox):
+    r = sandbox.run(ExecRequest(command=("true",), files={"a": b"file", "a/b": b"below a file"}))
+    assert r.reason == ExecReason.SANDBOX_ERROR and "job setup failed" in r.error, r
+    assert sandbox.run(py("print('fine')")).stdout == "fine\n"  # and the sandbox carries on
