@@ -72,15 +72,27 @@ def plot_rewards(metrics_path: Path, out_png: Path) -> None:
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     keys = sorted({k for r in rows for k in r if k.startswith("reward/domain/")})
     fig, ax = plt.subplots(figsize=(7, 4))
-    for k in keys:
-        pts = [(r["step"], r[k]) for r in rows if k in r]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=k.rsplit("/", 1)[-1])
+    for i, k in enumerate(keys):
+        steps, values = zip(*[(r["step"], r[k]) for r in rows if k in r])
+        color = f"C{i}"
+        ax.plot(steps, values, color=color, alpha=0.25, linewidth=0.8)
+        ax.plot(steps, _smooth(values), color=color, linewidth=2, label=k.rsplit("/", 1)[-1])
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
-    ax.set_title("Reward per domain")
+    ax.set_title("Reward per domain (faint: per step, bold: moving average)")
     ax.grid(alpha=0.3)
     if keys:
         ax.legend()
     fig.tight_layout()
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
+
+
+def _smooth(values, alpha: float = 0.05) -> list[float]:
+    """Exponential moving average, debiased so the first points are not pulled to zero."""
+    out, avg, weight = [], 0.0, 0.0
+    for v in values:
+        avg = (1 - alpha) * avg + alpha * v
+        weight = (1 - alpha) * weight + alpha
+        out.append(avg / weight)
+    return out
