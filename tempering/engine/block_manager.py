@@ -85,7 +85,7 @@ class BlockManager:
             if block != DROPPED:
                 self._drop(block)
         seq.block_table = []
-        seq.num_dropped = 0
+        seq.num_dropped = seq.num_registered = 0
 
     def match_prefix(self, seq: Sequence, version: int) -> int:
         """Take the cached blocks that start `seq` (always leaving one token to compute, whose
@@ -103,7 +103,7 @@ class BlockManager:
             self._retain(block)
             seq.block_table.append(block)
         hit = len(seq.block_table) * self.block_size
-        seq.num_computed = hit
+        seq.num_computed, seq.num_registered = hit, len(seq.block_table)
         self.stats["hit_tokens"] += hit
         return hit
 
@@ -112,8 +112,10 @@ class BlockManager:
         if not self.prefix_cache:
             return
         full = seq.num_computed // self.block_size
+        if full <= seq.num_registered:
+            return
         hashes = self.hashes(seq, version, full)
-        for i in range(full):
+        for i in range(seq.num_registered, full):
             block = seq.block_table[i]
             if block == DROPPED or self.hash_of[block] is not None:
                 continue
@@ -121,6 +123,7 @@ class BlockManager:
             if h not in self.cached:  # an identical block computed elsewhere keeps its entry
                 self.cached[h] = block
                 self.hash_of[block] = h
+        seq.num_registered = full
 
     def fork(self, parent: Sequence, child: Sequence) -> int | None:
         """Share the parent's full blocks with `child` (reference counts, no copy). -> the fresh
@@ -135,7 +138,7 @@ class BlockManager:
         child.block_table = list(parent.block_table[:full])
         child.num_dropped = parent.num_dropped
         child.block_hashes, child.hash_version = list(parent.block_hashes), parent.hash_version
-        child.num_computed = parent.num_computed
+        child.num_computed, child.num_registered = parent.num_computed, full
         if not partial:
             return -1
         block = self._take()

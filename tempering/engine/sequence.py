@@ -41,6 +41,7 @@ class Sequence:
     num_computed: int = 0  # tokens whose KV is in the cache
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # chained hashes of full blocks
+    num_registered: int = 0  # leading blocks already offered to the prefix cache
     hash_version: int | None = None  # the policy version block_hashes were salted with
     num_dropped: int = 0  # leading blocks freed by the sliding window (sinks excepted)
 
