@@ -186,11 +186,13 @@ class LLM:
 
     def _fork(self, seq: Sequence) -> list[Sequence]:
         """Siblings of `seq` that start from its freshly computed prompt (no copy but the
-        partial last block). Siblings that find no free block queue up and use the prefix cache."""
+        partial last block). Siblings that find no free block or batch slot queue up instead and
+        get the prompt from the prefix cache."""
         siblings = self._forks.pop(seq.request_id, None) if seq.index == 0 else None
         forked = []
         for child in siblings or ():
-            block = self.blocks.fork(seq, child)
+            full = len(self.scheduler.running) >= self.cfg.max_batch_size
+            block = None if full else self.blocks.fork(seq, child)
             if block is None:
                 self.scheduler.add(child)
                 continue
@@ -268,8 +270,6 @@ class LLM:
     def check(self, prompt: str | Seq[int], p: SamplingParams) -> list[int]:
         """Encode and validate a request without queuing it (safe from any thread). -> token ids"""
         ids = self._encode(prompt)
-        if p.n > self.cfg.max_batch_size:
-            raise ValueError(f"generate: n = {p.n} samples exceeds engine.max_batch_size {self.cfg.max_batch_size}")
         if len(ids) + p.max_tokens > self.cfg.max_seq_len:
             raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
                              f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")

@@ -36,7 +36,7 @@ class ModelRunner:
     @torch.no_grad()
     def run(self, items: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
         """items: decode items (count 1) first, then prefill chunks. -> logits [R, vocab] fp32 for
-        the R items whose chunk reaches the end of their tokens, and those items' positions."""
+        the R items whose chunk reaches the end of their tokens, and those items' indices."""
         ids: list[int] = []
         positions: list[int] = []
         for seq, count in items:
@@ -45,7 +45,7 @@ class ModelRunner:
         num_decode = 0
         while num_decode < len(items) and items[num_decode][1] == 1:
             num_decode += 1
-        meta = StepMeta(write_slots=self._write_slots(items, positions, num_decode), num_decode=num_decode)
+        meta = StepMeta(write_slots=self._write_slots(items, num_decode), num_decode=num_decode)
         if num_decode:
             self._decode_meta(meta, [s for s, _ in items[:num_decode]])
         offset = num_decode
@@ -63,7 +63,7 @@ class ModelRunner:
         logits = self.model.lm_head(hidden[0, rows]).float() if rows else hidden.new_empty(0, 0)
         return logits, samplers
 
-    def _write_slots(self, items, positions: list[int], num_decode: int) -> torch.Tensor:
+    def _write_slots(self, items: list[tuple[Sequence, int]], num_decode: int) -> torch.Tensor:
         bs, slots = self.bs, []
         for seq, _ in items[:num_decode]:
             p = seq.num_computed

@@ -98,3 +98,14 @@ def test_step_api_and_errors(model):
         LLM(model, max_seq_len=64, kv_blocks=2).generate([[1, 2, 3]], SamplingParams(max_tokens=20))
     with pytest.raises(ValueError, match="no unfinished request"):
         engine.abort(12345)
+
+
+def test_forks_that_do_not_fit_the_batch_queue_and_hit_the_prefix_cache(model):
+    engine = LLM(model, max_seq_len=128, max_batch_size=4, max_batched_tokens=64)
+    prompt = random_prompts(1, 41, 42, seed=12)[0]
+    out = engine.generate([prompt], SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=1, ignore_eos=True))[0]
+    assert engine.blocks.stats["hit_tokens"] == 0  # all 4 fit: forked, no cache lookups needed
+    out = engine.generate([prompt], SamplingParams(n=7, temperature=1.0, max_tokens=6, seed=1, ignore_eos=True))[0]
+    assert len(out.outputs) == 7 and engine.blocks.stats["hit_tokens"] >= 40
+    for c in out.outputs:
+        assert_matches_trainer(model, prompt, c)
