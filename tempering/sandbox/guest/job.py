@@ -1,7 +1,7 @@
 """One job inside the sandbox: its init, pid 1 of a fresh pid namespace in fresh mount and IPC
 namespaces.
 
-Made by the zygote ahead of the job, the init mounts a new workspace, /tmp and /dev/shm
+Made by the zygote ahead of the job, the init unshares its mount and IPC namespaces, mounts a new workspace, /tmp and /dev/shm
 (size-capped tmpfs) and a /proc that shows only this job, drops every capability, sets
 no_new_privs, installs the seccomp filter and says READY to the host, which moves it into
 the job's cgroup while it waits: every process of the job is then born there. When the job
@@ -36,6 +36,7 @@ def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
     # sandbox_error, which the trainer never penalises.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
+        syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
         _mount_filesystems(disk_mb)
         _confine(seccomp_program)
     except OSError as e:

@@ -1,6 +1,6 @@
 """ctypes wrappers for the Linux calls the guest needs and Python 3.11's `os` module lacks.
 
-unshare, mount, prctl, capset and installing a seccomp program, plus `fork_into`, the one way
+unshare, setns, mount, prctl, capset and installing a seccomp program, plus `fork_into`, the one way
 the guest forks. This module holds no policy: `job.py` decides what to mount and what to
 drop. Linux with glibc only.
 """
@@ -68,6 +68,10 @@ def fork_into(fn, *args) -> int:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
