@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import assert_matches_trainer, random_prompts
+from engine_helpers import assert_matches_trainer, random_prompts
 from tempering.engine import LLM, SamplingParams
 
 SAMPLE = SamplingParams(n=3, temperature=1.0, max_tokens=20, seed=11, ignore_eos=True)

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import ARCH, assert_matches_trainer, random_prompts
+from engine_helpers import ARCH, assert_matches_trainer, random_prompts
 from tempering.engine import LLM, SamplingParams
 from tempering.engine.kv_quant import dequantize, quantize
 from tempering.models import build_model

@@ -2,7 +2,7 @@
 
 import torch
 
-from conftest import ARCH, assert_matches_trainer, random_prompts
+from engine_helpers import ARCH, assert_matches_trainer, random_prompts, reference_logprobs
 from tempering.engine import LLM, SamplingParams
 from tempering.models import build_model
 
@@ -77,6 +77,4 @@ def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights(mod
 
 
 def _reference(m, prompt, completion):
-    from conftest import reference_logprobs
-
     return reference_logprobs(m, prompt, completion)
