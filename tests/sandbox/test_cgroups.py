@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -125,7 +126,7 @@ def real_tree():
 def test_real_job_group_limits_kills_and_measures(real_tree):
     group = limited(real_tree, 32 << 20, 8, 1.0)
     code = "import sys\nsys.stdin.read(1)\nx = bytearray(8 << 20)\nwhile True: pass"
-    proc = subprocess.Popen(["python3", "-c", code], stdin=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
     try:
         group.add(proc.pid)
         proc.stdin.write(b"x")
@@ -148,7 +149,7 @@ def test_real_job_group_enforces_pids(real_tree):
     code = ("import os, time\nn = 0\nfor _ in range(20):\n    try:\n        if os.fork() == 0:\n"
             "            os.close(1); time.sleep(5); os._exit(0)\n        n += 1\n    except OSError:\n        pass\n"
             "print(n)")
-    proc = subprocess.Popen(["python3", "-c", f"import sys; sys.stdin.read(1)\n{code}"],
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdin.read(1)\n{code}"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     group.add(proc.pid)
     out, _ = proc.communicate(b"x", timeout=10)
