@@ -24,7 +24,6 @@ from . import collect, syscalls, wire
 
 WORKSPACE = "/workspace"
 _SPEC_LIMIT = 1 << 30  # the host bounds requests; this only guards against a garbled header
-_PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger")  # root-owned anyway: a second lock
 _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
@@ -65,11 +64,11 @@ def _mount_filesystems(disk_mb: int) -> None:
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     for path, mode in ((WORKSPACE, "0755"), ("/tmp", "1777"), ("/dev/shm", "1777")):
         syscalls.mount("tmpfs", path, "tmpfs", _TMPFS_FLAGS, f"size={disk_mb}m,nr_inodes=16384,mode={mode}")
-    # A /proc for this pid namespace: the job sees its own processes and nobody else's.
+    # A /proc for this pid namespace: the job sees its own processes and nobody else's. Its
+    # /proc/sys and sysrq-trigger stay writable only by the real root; the job holds no
+    # capability in any namespace, so no read-only bind is needed over them (each mount is
+    # paid again by every job).
     syscalls.mount("proc", "/proc", "proc", _TMPFS_FLAGS | syscalls.MS_NOEXEC)
-    for path in _PROC_READONLY:
-        if os.path.exists(path):  # sysrq-trigger exists only with CONFIG_MAGIC_SYSRQ
-            syscalls.bind_readonly(path)
 
 
 def _confine(seccomp_program: bytes) -> None:

@@ -20,12 +20,9 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 
-MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
@@ -77,12 +74,6 @@ def setns(fd: int, nstype: int) -> None:
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     ret = _libc.mount(_c(source), _c(target), _c(fstype), ctypes.c_ulong(flags), _c(data))
     _check(ret, f"mount {target}")
-
-
-def bind_readonly(path: str) -> None:
-    """Make `path` a read-only view of itself (a bind mount needs a second call to become ro)."""
-    mount(path, path, None, MS_BIND | MS_REC)
-    mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
