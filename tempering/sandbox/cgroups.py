@@ -110,7 +110,8 @@ class Tree:
         """The job is over: its group is emptied (killing what lingers) and removed, in the background."""
         with self._lock:
             self._used.append((time.monotonic(), group))
-        self._wake.set()
+        # No wake-up: the init exits a moment after reporting, and the next periodic pass
+        # removes the group without having to look twice.
 
     def adopt(self, pid: int) -> None:
         """Move a long-lived sandbox process (a zygote) into the tree, so close() ends it."""
@@ -120,7 +121,7 @@ class Tree:
         while True:
             with self._lock:
                 busy = bool(self._used)
-            self._wake.wait(timeout=0.002 if busy else 1.0)  # the last process exits within ms
+            self._wake.wait(timeout=0.01 if busy else 1.0)
             self._wake.clear()
             if self._closed:
                 return
