@@ -109,9 +109,10 @@ class Tree:
     def release(self, group: "JobGroup") -> None:
         """The job is over: its group is emptied (killing what lingers) and removed, in the background."""
         with self._lock:
+            idle = not self._used
             self._used.append((time.monotonic(), group))
-        # No wake-up: the init exits a moment after reporting, and the next periodic pass
-        # removes the group without having to look twice.
+        if idle:  # otherwise a pass is due within 10 ms anyway
+            self._wake.set()
 
     def adopt(self, pid: int) -> None:
         """Move a long-lived sandbox process (a zygote) into the tree, so close() ends it."""
