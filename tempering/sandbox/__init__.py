@@ -2,12 +2,15 @@
 
 A backend takes an `ExecRequest` and always returns an `ExecResult`; failures of the sandbox
 itself come back as `reason=sandbox_error`, never as exceptions, because this is a deliberate
-fault boundary. This package does not decide what a program's output means (verifiers do).
+fault boundary. The default backend isolates each job with bubblewrap, cgroups and seccomp
+and keeps warm sandboxes (`isolated`); `make_sandbox` raises `SandboxUnavailable`, naming
+what is missing, when this machine cannot isolate. This package does not decide what a
+program's output means (verifiers do).
 """
 
 from __future__ import annotations
 
 from tempering.sandbox.request import ExecRequest, Sandbox
-from tempering.sandbox.factory import make_sandbox
+from tempering.sandbox.factory import SandboxUnavailable, make_sandbox
 
-__all__ = ["ExecRequest", "Sandbox", "make_sandbox"]
+__all__ = ["ExecRequest", "Sandbox", "SandboxUnavailable", "make_sandbox"]
