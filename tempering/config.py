@@ -194,7 +194,7 @@ class RolloutConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     timeout_s: float = 10.0  # a verifier slower than this is a failure, never a training signal
-    workers: int = 8
+    workers: int = 4  # keep <= sandbox.workers: code verifiers beyond the warm pool start cold
     # total = sum of weight x component; components without a weight are logged, not rewarded
     weights: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0, "partial": 0.5, "executes": 0.25})
 
