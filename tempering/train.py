@@ -80,12 +80,13 @@ def rl_loop(run: Run, started: float) -> None:
         while run.state["step"] < cfg.run.steps:
             tick = time.perf_counter()
             rollout: RolloutBatch = queue.get(cfg.run.stall_timeout_s, "rollout worker", [worker])
+            waited = time.perf_counter() - tick
             batch, groups, acct = buffer.make_batch(rollout.groups, run.state["version"], run.state["step"])
             stats = run.trainer.rl_step(batch) if batch is not None else None
             run.state["step"] += 1
             run.state["version"] += 1
             store.publish(run.model, run.state["version"])
-            metrics.log(run.state["step"], step_record(run, rollout, groups, acct, stats, tick))
+            metrics.log(run.state["step"], step_record(run, rollout, groups, acct, stats, tick, waited))
             if cfg.run.checkpoint_every and run.state["step"] % cfg.run.checkpoint_every == 0:
                 checkpoint(run, started)
     finally:
@@ -213,7 +214,7 @@ def sample_fates(path: Path) -> dict[str, int]:
 
 
 def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Accounting,
-                stats: StepStats | None, tick: float) -> dict[str, Any]:
+                stats: StepStats | None, tick: float, waited: float) -> dict[str, Any]:
     by_domain: dict[str, list[float]] = defaultdict(list)
     for g in rollout.groups:
         by_domain[g.task.domain].extend(r.total for r in g.rewards if not r.failed)
@@ -229,5 +230,6 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
         "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()}},
-        "step_seconds": time.perf_counter() - tick,
+        # Where a step's time goes: a trainer that mostly waits is rollout-bound.
+        "seconds": {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": rollout.seconds},
     }
