@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args: argparse.Namespace, overrides: list[str]) -> int:
+    from tempering.runtime import Stall, WorkerFailed
     from tempering.sandbox.factory import SandboxUnavailable
     from tempering.train import train
 
@@ -62,6 +63,12 @@ def _train(args: argparse.Namespace, overrides: list[str]) -> int:
     except SandboxUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except WorkerFailed as e:
+        print(f"error: {e}" if e.bad_input else f"error: {e}\n{e.traceback}", file=sys.stderr)
+        return 2 if e.bad_input else 1
+    except Stall as e:
+        print(f"error: stalled: {e} (raise run.stall_timeout_s if that is expected)", file=sys.stderr)
+        return 1
     print(json.dumps(summary, indent=2))
     return 0
 

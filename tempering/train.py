@@ -135,6 +135,8 @@ def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> 
     if cfg.path:
         return load_tokenizer(cfg.path)
     if model.path:
+        if not Path(model.path).is_dir():
+            raise ValueError(f"model.path {model.path}: no such folder")
         return load_tokenizer(model.path)
     return char_tokenizer(alphabet)
 

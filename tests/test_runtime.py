@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from tempering.runtime import LocalRuntime, Stall
+from tempering.runtime import LocalRuntime, Stall, WorkerFailed
 
 
 def _crash():
@@ -39,8 +39,9 @@ def test_worker_exception_reaches_the_waiter_with_its_traceback():
     rt = LocalRuntime()
     worker = rt.spawn("rollout", _crash)
     q = rt.queue(1)
-    with pytest.raises(RuntimeError, match="(?s)worker rollout failed.*ValueError: rollout exploded"):
+    with pytest.raises(WorkerFailed, match="worker rollout: ValueError: rollout exploded") as e:
         q.get(60, "rollout worker", [worker])
+    assert e.value.bad_input and "Traceback" in e.value.traceback and "_crash" in e.value.traceback
     worker.join(5)
 
 

@@ -273,6 +273,11 @@ class LLM:
         if len(ids) + p.max_tokens > self.cfg.max_seq_len:
             raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
                              f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")
+        context = self.model.arch.max_position_embeddings
+        if not self.cfg.sliding_window and len(ids) + p.max_tokens > context:
+            # Positions past the model's trained context produce garbage, not an error: refuse.
+            raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} exceeds the "
+                             f"model's max_position_embeddings {context}")
         if not self.cfg.sliding_window and self.blocks.blocks_needed(
                 Sequence(0, 0, [], 0, p, 0), len(ids) + p.max_tokens) > self.blocks.num_blocks:
             raise ValueError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "

@@ -1,6 +1,6 @@
 """Runtimes: how workers are started and talk. `local` is the embedded default (processes on one
 machine); a Ray runtime maps the same interface onto a cluster."""
 
-from tempering.runtime.local import BoundedQueue, LocalRuntime, Stall, Worker
+from tempering.runtime.local import BoundedQueue, LocalRuntime, Stall, Worker, WorkerFailed
 
-__all__ = ["LocalRuntime", "BoundedQueue", "Worker", "Stall"]
+__all__ = ["LocalRuntime", "BoundedQueue", "Worker", "WorkerFailed", "Stall"]

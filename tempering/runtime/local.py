@@ -20,19 +20,29 @@ class Stall(RuntimeError):
     """A wait ran past its deadline; the message names the component that stalled."""
 
 
+class WorkerFailed(RuntimeError):
+    """A worker raised or died. `bad_input` is true when it raised ValueError (a config or input
+    problem, whose message says it all); otherwise `traceback` is what to read."""
+
+    def __init__(self, worker: str, message: str, traceback: str = "", bad_input: bool = False):
+        super().__init__(f"worker {worker}: {message}")
+        self.traceback, self.bad_input = traceback, bad_input
+
+
 class Worker:
     def __init__(self, name: str, process: Any, errors: Any):
         self.name, self.process, self.errors = name, process, errors
 
     def check(self) -> None:
-        """Raise if the worker failed; its traceback is in the message."""
+        """Raise `WorkerFailed` if the worker raised or died."""
         try:
-            name, tb = self.errors.get_nowait()
-            raise RuntimeError(f"worker {name} failed:\n{tb}")
+            name, bad_input, message, tb = self.errors.get_nowait()
         except queue.Empty:
-            pass
+            name = None
+        if name is not None:
+            raise WorkerFailed(name, message, tb, bad_input)
         if not self.process.is_alive() and self.process.exitcode not in (0, None):
-            raise RuntimeError(f"worker {self.name} died with exit code {self.process.exitcode}")
+            raise WorkerFailed(self.name, f"died with exit code {self.process.exitcode}")
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
@@ -97,6 +107,6 @@ class LocalRuntime:
 def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> None:
     try:
         target(*args)
-    except BaseException:  # noqa: BLE001 - report everything to the parent, then exit non-zero
-        errors.put((name, traceback.format_exc()))
+    except BaseException as e:  # noqa: BLE001 - report everything to the parent, then exit non-zero
+        errors.put((name, isinstance(e, ValueError), f"{type(e).__name__}: {e}", traceback.format_exc()))
         raise SystemExit(1) from None
