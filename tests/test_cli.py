@@ -38,3 +38,13 @@ def test_bad_override_and_tasks_listing():
     assert r.returncode == 0 and "arithmetic" in r.stdout and "code" in r.stdout
     r = run("tasks", "chess")
     assert r.returncode == 2 and "unknown task domain" in r.stderr
+
+
+def test_a_stall_names_the_component_without_a_traceback(tmp_path):
+    tiny = ["--model.hidden_size=16", "--model.intermediate_size=32", "--model.num_hidden_layers=1",
+            "--model.num_attention_heads=2", "--model.num_key_value_heads=1", "--tasks.eval_per_domain=2",
+            "--metrics.progress=false", f"--run.dir={tmp_path}", "--run.steps=1"]
+    # A rollout batch far larger than the deadline allows: the trainer's wait must end, naming who stalled.
+    r = run("train", *tiny, "--rollout.tasks_per_step=100000", "--run.stall_timeout_s=2")
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "stalled: rollout worker: nothing arrived for 2 s" in r.stderr and "Traceback" not in r.stderr
