@@ -114,10 +114,18 @@ class Trainer:
         return grad_norm
 
     def _micro_batches(self, batch: Batch) -> list[torch.Tensor]:
-        width = max(int(batch.seq_lens.max()), 1)
-        per = max(1, self.cfg.micro_batch_tokens // width)
-        order = torch.arange(batch.input_ids.shape[0])
-        return list(order.split(per))
+        """Rows grouped by length, each group padded only to its own longest row and holding
+        about `micro_batch_tokens` tokens: padding is compute the backward pass pays for too."""
+        lens = batch.seq_lens.tolist()
+        groups, current = [], []
+        for row in sorted(range(len(lens)), key=lens.__getitem__):
+            if current and (len(current) + 1) * lens[row] > self.cfg.micro_batch_tokens:
+                groups.append(torch.tensor(current))
+                current = []
+            current.append(row)
+        if current:
+            groups.append(torch.tensor(current))
+        return groups
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
