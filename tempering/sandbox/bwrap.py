@@ -32,8 +32,16 @@ _PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 _GROUP = f"root:x:0:\nsandbox:x:{GUEST_UID}:\nnogroup:x:65534:\n"
 _HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
-_ZYGOTE_MAIN = (f"import sys; sys.path.insert(0, {GUEST_ROOT!r}); from guest import zygote; "
-                "raise SystemExit(zygote.main(sys.argv))")
+# Before the guest imports anything, the zygote notes sys.modules, sys.path and the path
+# importer cache, then imports `site` without running it (it has -S) and notes sys.modules
+# again: the modules site needs (os, stat, posixpath, _collections_abc, ...) as freshly
+# imported. It drops them from sys.modules so that the guest imports copies of its own; jobs
+# run in a fork of this interpreter start from these untouched ones (guest.fresh).
+_ZYGOTE_MAIN = ("import sys; noted = dict(sys.modules), list(sys.path), dict(sys.path_importer_cache); "
+                "import site; noted += (dict(sys.modules),); "
+                "[sys.modules.pop(name) for name in noted[3] if name not in noted[0]]; "
+                f"sys.path.insert(0, {GUEST_ROOT!r}); from guest import zygote; "
+                "raise SystemExit(zygote.main(sys.argv, *noted))")
 
 
 @dataclass
@@ -85,6 +93,9 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
     """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(GUEST_UID), "--gid", str(GUEST_UID),
             "--hostname", "sandbox", "--new-session", "--clearenv", "--setenv", "PATH", PATH,
+            # The jobs' default locale (job.BASE_ENV), so that the zygote's interpreter sets up
+            # the same stdio encodings and no UTF-8 mode, as jobs run in a fork of it expect.
+            "--setenv", "LANG", "C.UTF-8",
             # Only the zygote and each job's init hold these, to mount per-job filesystems;
             # they are dropped (bounding set included) before any job code runs.
             "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]

@@ -34,7 +34,8 @@ class IsolatedSandbox:
         self._caps = caps
         self._ids = itertools.count()
         self._settings = job.Settings(cpus=cfg.cpus, disk_mb=cfg.disk_mb,
-                                      collect_limit_bytes=cfg.collect_limit_bytes)
+                                      collect_limit_bytes=cfg.collect_limit_bytes,
+                                      python_fast_path=cfg.python_fast_path)
         self._staging = bwrap.Staging.create()
         self._argv = bwrap.command(caps.bwrap, self._staging, cfg.guest_python, tuple(cfg.ro_paths),
                                    cfg.disk_mb, disable_userns=caps.bwrap_version >= (0, 8, 0))
@@ -76,7 +77,7 @@ class IsolatedSandbox:
             self._pool.release(zygote, outcome.healthy)
             result = dataclasses.replace(outcome.result, start="warm" if warm else "cold")
             extra = {"setup_s": round(outcome.setup_s, 6), "skipped": outcome.skipped,
-                     "zygote_replaced": not outcome.healthy}
+                     "zygote_replaced": not outcome.healthy, "in_process": outcome.in_process}
         if self._log is not None:
             self._log.write(job_id, self.name, request, result, total_s=round(time.monotonic() - t0, 6), **extra)
         return result

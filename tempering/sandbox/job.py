@@ -37,6 +37,7 @@ class Settings:
     cpus: float
     disk_mb: int
     collect_limit_bytes: int
+    python_fast_path: bool = True  # let the guest run Python jobs in a fork of its interpreter
     setup_timeout_s: float = 10.0  # to hand the job over
     grace_s: float = 2.0  # after a kill, for the guest's report
 
@@ -47,6 +48,7 @@ class Outcome:
     healthy: bool  # False: the zygote misbehaved and must not serve another job
     skipped: dict = field(default_factory=dict)  # collect names refused, with why
     setup_s: float = 0.0
+    in_process: bool = False  # the guest ran the job in a fork of its interpreter (no exec)
 
 
 def execute(prepared: Prepared, req: ExecRequest, settings: Settings,
@@ -87,7 +89,7 @@ def _spec(req: ExecRequest, settings: Settings) -> dict:
     return {
         "argv": list(req.command), "env": {**BASE_ENV, **req.env},
         "files": wire.encode_files(dict(req.files)), "collect": list(req.collect),
-        "collect_limit": settings.collect_limit_bytes,
+        "collect_limit": settings.collect_limit_bytes, "python_fast_path": settings.python_fast_path,
         # RLIMIT_AS is a loose backstop (4x): the cgroup is the real memory limit, and a tight
         # address-space limit breaks runtimes that reserve virtual memory up front.
         "rlimits": {"AS": [max(4 * mem, 1 << 30)] * 2, "CPU": [cpu, cpu + 1],
@@ -236,7 +238,7 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     reason = _reason(pump.ended_by, exit_code, stats, stderr)
     result = ExecResult(reason=reason, exit_code=exit_code, files=files, **common)
     return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
-                   setup_s=setup_s)
+                   setup_s=setup_s, in_process=frame.get("in_process") is True)
 
 
 def _reason(ended_by: ExecReason | None, exit_code: int, stats: Stats, stderr: str) -> ExecReason:

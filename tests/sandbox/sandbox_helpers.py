@@ -1,4 +1,5 @@
-"""Helpers for the sandbox tests: requests, host-side process checks, the clean-state check."""
+"""Helpers for the sandbox tests: requests, host-side process checks, the clean-state check, and
+a sandbox wrapper that checks which path each Python job took."""
 
 from __future__ import annotations
 
@@ -19,6 +20,26 @@ SANDBOX_UID = 65534
 
 def py(code: str, **kw) -> ExecRequest:
     return ExecRequest(command=("python3", "-c", code), **kw)
+
+
+def last_logged(sandbox) -> dict:
+    """The sandbox's telemetry line for its latest job."""
+    with open(sandbox._log.path) as f:
+        return json.loads(f.read().splitlines()[-1])
+
+
+class OnePath:
+    """A sandbox whose Python jobs must all run in a fork of the guest's interpreter
+    (`in_process`) or all be exec'd; `run` checks each one's telemetry."""
+
+    def __init__(self, sandbox, in_process: bool) -> None:
+        self.sandbox, self.in_process = sandbox, in_process
+
+    def run(self, request: ExecRequest):
+        result = self.sandbox.run(request)
+        if request.command[0] == "python3":
+            assert last_logged(self.sandbox)["in_process"] == self.in_process, (request, result)
+        return result
 
 
 def sandbox_processes() -> list[int]:

@@ -1,14 +1,17 @@
 """One job inside the sandbox: its init, pid 1 of a fresh pid namespace in fresh mount and IPC
 namespaces.
 
-Made by the zygote ahead of the job, the init unshares its mount and IPC namespaces, mounts a new workspace, /tmp and /dev/shm
-(size-capped tmpfs) and a /proc that shows only this job, drops every capability, sets
-no_new_privs, installs the seccomp filter and says READY to the host, which moves it into
-the job's cgroup while it waits: every process of the job is then born there. When the job
-comes (its stdio and spec), the init writes the request's files and spawns the command with
-that stdio, in a new session, under the job's rlimits, with default signal dispositions and
-no other descriptor. When the command exits, the init kills whatever it left behind (nothing
-survives the namespace), reaps it, collects the requested files safely and reports.
+Made by the zygote ahead of the job, the init unshares its mount and IPC namespaces, mounts a
+new workspace, /tmp and /dev/shm (size-capped tmpfs) and a /proc that shows only this job,
+drops every capability, sets no_new_privs, installs the seccomp filter and says READY to the
+host, which moves it into the job's cgroup while it waits: every process of the job is then
+born there. When the job comes (its stdio and spec), the init writes the request's files and
+spawns the command with that stdio, in a new session, under the job's rlimits, with default
+signal dispositions and no other descriptor. A Python command the guest can reproduce exactly
+(`pycommand`) runs instead in a fork of this init, which sets up the same process and then
+becomes a fresh interpreter (`inprocess`), unless the host turned that off. When the command
+exits, the init kills whatever it left behind (nothing survives the namespace), reaps it,
+collects the requested files safely and reports, saying which way the command ran.
 Deadlines, cgroups and the output cap are the host's business.
 """
 
@@ -20,7 +23,7 @@ import signal
 import socket
 import time
 
-from . import collect, syscalls, wire
+from . import collect, fresh, inprocess, pycommand, syscalls, wire
 
 WORKSPACE = "/workspace"
 _SPEC_LIMIT = 1 << 30  # the host bounds requests; this only guards against a garbled header
@@ -28,8 +31,9 @@ _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
-def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
-    """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code."""
+def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
+    """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code.
+    `base` is the zygote's interpreter at start-up, for jobs run in a fork of it."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT: without
     # this reset a job could kill its init with `kill -INT 1` and turn its run into a
     # sandbox_error, which the trainer never penalises.
@@ -50,13 +54,15 @@ def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int) -> int:
         argv, env = list(spec["argv"]), dict(spec["env"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
-    status = _spawn_and_reap(argv, env, spec["rlimits"], stdio)
+    in_process = base if spec.get("python_fast_path") else None
+    status, forked = _spawn_and_reap(argv, env, spec["rlimits"], stdio, sock, in_process)
     names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
         files, skipped = collect.collect(WORKSPACE, names, limit)
     except OSError as e:
         files, skipped = {}, {name: f"workspace unreadable: {e}" for name in names}
-    wire.send_frame(sock, {"status": status, "files": wire.encode_files(files), "skipped": skipped})
+    wire.send_frame(sock, {"status": status, "files": wire.encode_files(files), "skipped": skipped,
+                           "in_process": forked})
     return 0
 
 
@@ -100,9 +106,12 @@ def _resolve(name: str, path: str) -> str:
     raise FileNotFoundError(f"{name!r} not found on PATH {path!r}")
 
 
-def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int]) -> int:
-    """Spawn the command (vfork-style: no copy of this interpreter), wait for it, then kill and
-    reap everything else in the namespace. Returns the command's wait status."""
+def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], sock: socket.socket,
+                    base: fresh.Baseline | None) -> tuple[int, bool]:
+    """Start the command, wait for it, then kill and reap everything else in the namespace.
+    A Python program the guest can run itself (when `base` is given) runs in a fork of this
+    init; anything else is spawned vfork-style (no copy of this interpreter). Returns the
+    command's wait status and whether it ran in a fork."""
     os.chdir(WORKSPACE)
     for name, (soft, hard) in rlimits.items():  # inherited by the command; harmless to the init
         resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
@@ -112,18 +121,37 @@ def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int])
                 os.set_inheritable(fd, False)  # the command gets its stdio and nothing else
             except OSError:
                 pass  # the directory's own descriptor, closed already
+    inv = None
     try:
         program = _resolve(argv[0], env.get("PATH", ""))
-        child = os.posix_spawn(program, argv, env, setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
-                               file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
+        inv = _in_process(argv, env, program, base) if base is not None else None
+        if inv is not None:
+            child = inprocess.start(inv, program, env, stdio, sock, base)
+        else:
+            child = os.posix_spawn(program, argv, env, setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
+                                   file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
     except OSError as e:
         os.write(stdio[2], f"tempering sandbox: cannot execute {argv[0]!r}: {e.strerror}\n".encode())
-        return 127 << 8
+        return 127 << 8, False
     finally:
         for fd in stdio:
             os.close(fd)
-    _unprotect_from_oom(child)
-    return _reap(child)
+    if inv is None:
+        _unprotect_from_oom(child)  # a forked job does this itself
+    return _reap(child), inv is not None
+
+
+def _in_process(argv: list[str], env: dict, program: str, base: fresh.Baseline) -> pycommand.Invocation | None:
+    """The invocation to run in a fork, or None to exec the command."""
+    inv = pycommand.parse(argv, env, base.locale)
+    if inv is None or program not in base.interpreters:
+        return None
+    if inv.mode == "script":
+        source = pycommand.read_script(inv.target)
+        if source is None:
+            return None
+        inv.source = source
+    return inv
 
 
 def _unprotect_from_oom(child: int) -> None:

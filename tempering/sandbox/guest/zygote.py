@@ -12,8 +12,10 @@ the next. The zygote never sees job data, so its memory, which every init inheri
 nothing of earlier jobs. It exits when the host closes the control socket; killing it kills
 every job of the sandbox (their pid namespaces are nested in its own).
 
-Run inside the sandbox as: python3 -I -S -B -c '<put the staging dir on sys.path>; from guest
-import zygote; raise SystemExit(zygote.main(sys.argv))' CONTROL_FD DISK_MB
+Run inside the sandbox as: python3 -I -S -B -c '<note sys.modules, sys.path, the path importer
+cache and the modules `site` imports; put the staging dir on sys.path>; from guest import
+zygote; raise SystemExit(zygote.main(sys.argv, *noted))' CONTROL_FD DISK_MB. What is noted
+before any guest import is what a job run in a fork of this interpreter starts from (`fresh`).
 """
 
 from __future__ import annotations
@@ -24,23 +26,24 @@ import signal
 import socket
 import sys
 
-from . import job, seccomp, syscalls, wire
+from . import fresh, job, seccomp, syscalls, wire
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_modules: dict) -> int:
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
+    base = fresh.Baseline(modules, path, importers, site_modules)
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
     syscalls.unshare(syscalls.CLONE_NEWPID)
-    child = syscalls.fork_into(_serve, ctrl, program, disk_mb)
+    child = syscalls.fork_into(_serve, ctrl, program, disk_mb, base)
     ctrl.close()
     _, status = os.waitpid(child, 0)
     return os.waitstatus_to_exitcode(status)
 
 
-def _serve(ctrl: socket.socket, program: bytes, disk_mb: int) -> int:
+def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
     """Pid 1 of the zygote's own pid namespace: serve PREPAREs until the host goes away."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -60,7 +63,7 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int) -> int:
         try:
             syscalls.unshare(syscalls.CLONE_NEWPID)  # for the next child only
             try:
-                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb)
+                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb, base)
             finally:
                 syscalls.setns(own_pidns, syscalls.CLONE_NEWPID)
         except OSError as e:  # no init will speak on this socket: say why on its behalf
@@ -71,13 +74,13 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int) -> int:
 
 
 def _init(ctrl: socket.socket, host_end: socket.socket, own_pidns: int, init_end: socket.socket,
-          program: bytes, disk_mb: int) -> int:
+          program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
     """The new pid namespace's pid 1: let go of the zygote's descriptors, become the job's init."""
     gc.disable()  # a short-lived process: collecting would only copy pages
     ctrl.close()
     host_end.close()
     os.close(own_pidns)
-    return job.run(init_end, program, disk_mb)
+    return job.run(init_end, program, disk_mb, base)
 
 
 def _reap_exited() -> None:
