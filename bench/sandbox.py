@@ -1,11 +1,18 @@
 """Sandbox latency and throughput against a bare, unsandboxed fork+exec of the same jobs.
 
 Three jobs: a trivial Python program (`python3 -c "print(1)"`), a trivial exec (`true`: the
-sandbox's own cost) and a program that runs three unit tests (`python3 -m unittest`). For each: p50/p99 latency of a bare fork+exec (subprocess in a
-prepared directory: no isolation, no limits, no fresh workspace), of the warm pool and of a
-cold start (a new bwrap sandbox per job); the warm/bare p50 ratio; and jobs per second with
-`--workers` concurrent callers, bare and warm. All measured in this one run. Prints one JSON
-object. Usage: python bench/sandbox.py [--n 300] [--cold-n 30] [--workers 2]
+sandbox's own cost) and a program that runs three unit tests (`python3 -m unittest`). For
+each: p50/p99 latency of a bare fork+exec (subprocess in a prepared directory: no isolation,
+no limits, no fresh workspace), of the warm pool with the Python fast path (`warm`: Python
+jobs run in a fork of the sandbox's interpreter), of the warm pool without it (`warm_exec`:
+every job execs), and of a cold start (a new bwrap sandbox per job); warm/bare p50 ratios;
+and, with `--workers` concurrent callers, jobs per second and CPU time per job (this process
+and its children, plus every process of the sandbox's cgroup tree), from which `capacity` is
+the jobs per second the machine's CPUs would sustain if nothing else ran: on a shared machine
+the wall-clock rate moves with other people's load, the CPU time much less. All measured in
+this one run, the three variants interleaved in rounds so that load from other processes
+spreads over all of them. Prints one JSON object.
+Usage: python bench/sandbox.py [--n 300] [--cold-n 30] [--workers 2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -60,14 +67,32 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
-def throughput(fn, n: int, workers: int) -> float:
-    t = time.perf_counter()
+def throughput(runner, n: int, workers: int) -> tuple[int, float, float]:
+    """(jobs, seconds, CPU seconds) for n jobs from `workers` concurrent callers."""
+    fn, cpu = runner
+    t, c = time.perf_counter(), cpu()
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(lambda _: fn(), range(n)))
-    return round(n / (time.perf_counter() - t), 1)
+    return n, time.perf_counter() - t, cpu() - c
+
+
+def host_cpu() -> float:
+    """CPU seconds of this process (all threads) and of its children that have ended."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def interleaved(runners: dict, measure, rounds: int) -> dict:
+    """measure(fn) for every runner, in `rounds` alternating passes: {name: [pass results]}."""
+    out = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, fn in runners.items():
+            out[name].append(measure(fn))
+    return out
 
 
 def bare_runner(req: ExecRequest, workdir: str):
+    """(run one job, CPU seconds so far) for a bare fork+exec."""
     for name, data in req.files.items():
         with open(os.path.join(workdir, name), "wb") as f:
             f.write(data)
@@ -75,14 +100,44 @@ def bare_runner(req: ExecRequest, workdir: str):
     def run():
         r = subprocess.run(req.command, cwd=workdir, capture_output=True)
         assert r.returncode == 0, r
-    return run
+    return run, host_cpu
 
 
 def sandbox_runner(sandbox, req: ExecRequest):
+    """(run one job, CPU seconds so far) for a sandbox: ours plus its cgroup tree's."""
     def run():
         r = sandbox.run(req)
         assert r.ok, r
-    return run
+    return run, lambda: host_cpu() + sandbox._tree.cpu_s()
+
+
+def ran_in_process(sandbox, req: ExecRequest) -> bool:
+    """Whether the sandbox ran `req` in a fork of its interpreter (from its telemetry log)."""
+    sandbox.run(req)
+    with open(sandbox._log.path) as f:
+        return json.loads(f.readlines()[-1])["in_process"]
+
+
+def measure_job(req: ExecRequest, sandboxes: dict, workdir: str, args) -> dict:
+    runners = {"bare": bare_runner(req, workdir), **{k: sandbox_runner(sb, req) for k, sb in sandboxes.items()
+                                                     if k != "cold"}}
+    for fn, _ in runners.values():
+        timed(fn, 10)  # warm caches and the pools
+    per_round = max(1, args.n // args.rounds)
+    latency = interleaved(runners, lambda r: timed(r[0], per_round), args.rounds)
+    rates = interleaved(runners, lambda r: throughput(r, per_round, args.workers), args.rounds)
+    row = {"command": list(req.command), "in_process": ran_in_process(sandboxes["warm"], req)}
+    for name in runners:
+        row[name] = percentiles([x for run in latency[name] for x in run])
+        jobs, seconds, cpu = map(sum, zip(*rates[name]))
+        row[name]["jobs_per_s"] = round(jobs / seconds, 1)
+        row[name]["jobs_per_s_rounds"] = [round(j / s, 1) for j, s, _ in rates[name]]
+        row[name]["cpu_ms_per_job"] = round(cpu / jobs * 1e3, 2)
+        row[name]["capacity_jobs_per_s"] = round(os.cpu_count() * jobs / cpu, 1)
+    row["cold"] = percentiles(timed(sandbox_runner(sandboxes["cold"], req)[0], args.cold_n))
+    for name in ("warm", "warm_exec"):
+        row[f"{name}_over_bare_p50"] = round(row[name]["p50_ms"] / row["bare"]["p50_ms"], 2)
+    return row
 
 
 def main() -> None:
@@ -90,31 +145,27 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="jobs per latency and throughput measurement")
     ap.add_argument("--cold-n", type=int, default=30)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=3, help="alternating passes over bare, warm and warm_exec")
     args = ap.parse_args()
     cfg = SandboxConfig(workers=args.workers)
-    warm = make_sandbox(cfg)
-    cold = make_sandbox(dataclasses.replace(cfg, warm_pool=False))
+    logs = tempfile.mkdtemp(prefix="tempering-bench-log-")
+    sandboxes = {"warm": make_sandbox(cfg, log_dir=logs),
+                 "warm_exec": make_sandbox(dataclasses.replace(cfg, python_fast_path=False)),
+                 "cold": make_sandbox(dataclasses.replace(cfg, warm_pool=False))}
     workdir = tempfile.mkdtemp(prefix="tempering-bench-")
     report = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cgroup_version": detect().version,
                           "python": PYTHON},
-              "n": args.n, "workers": args.workers, "jobs": {}}
+              "n": args.n, "workers": args.workers, "rounds": args.rounds,
+              "loadavg_1m": {"start": round(os.getloadavg()[0], 2)}, "jobs": {}}
     try:
         for name, req in JOBS.items():
-            bare, hot = bare_runner(req, workdir), sandbox_runner(warm, req)
-            for fn in (bare, hot):
-                timed(fn, 10)  # warm caches and the pool
-            row = {"command": list(req.command)}
-            row["bare"] = percentiles(timed(bare, args.n))
-            row["warm"] = percentiles(timed(hot, args.n))
-            row["cold"] = percentiles(timed(sandbox_runner(cold, req), args.cold_n))
-            row["warm_over_bare_p50"] = round(row["warm"]["p50_ms"] / row["bare"]["p50_ms"], 2)
-            row["bare"]["jobs_per_s"] = throughput(bare, args.n, args.workers)
-            row["warm"]["jobs_per_s"] = throughput(hot, args.n, args.workers)
-            report["jobs"][name] = row
+            report["jobs"][name] = measure_job(req, sandboxes, workdir, args)
     finally:
-        warm.close()
-        cold.close()
+        for sb in sandboxes.values():
+            sb.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+    report["loadavg_1m"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report, indent=2))
 
 

@@ -148,6 +148,13 @@ class Tree:
         with self._lock:
             self._used = keep + self._used
 
+    def cpu_s(self) -> float:
+        """CPU time used so far by the sandbox's processes, zygotes and jobs (ended ones too:
+        a removed group's usage stays counted in its parent)."""
+        if self.detection.version == 2:
+            return _keyed(f"{self._bases['unified']}/cpu.stat", "usage_usec") / 1e6
+        return _read_int(f"{self._bases['cpuacct']}/cpuacct.usage", default=0) / 1e9
+
     def close(self) -> None:
         """Stop the upkeep, kill every process in the tree and remove it."""
         self._closed = True

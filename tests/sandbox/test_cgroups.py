@@ -1,6 +1,6 @@
 """cgroup hierarchy detection from /proc files (v1, v2, neither) and job groups on a fake v2 tree
-and on this machine's real hierarchy: limits written, processes killed, usage read back,
-used groups removed in the background."""
+and on this machine's real hierarchy: limits written, processes killed, usage read back (per
+job and for the whole tree), used groups removed in the background."""
 
 from __future__ import annotations
 
@@ -142,6 +142,7 @@ def test_real_job_group_limits_kills_and_measures(real_tree):
         proc.wait()
     real_tree.release(group)
     assert wait_until(lambda: not any(os.path.exists(d) for d in group.dirs.values()))
+    assert real_tree.cpu_s() >= stats.cpu_s  # the tree still counts what its removed group used
 
 
 def test_real_job_group_enforces_pids(real_tree):
