@@ -26,6 +26,10 @@ SAME = {
     "syntax_error": py("print("),
     "keyboard_interrupt": py("raise KeyboardInterrupt"),
     "excepthook": py("import sys\nsys.excepthook = lambda *a: print('hooked', a[0].__name__)\nraise OSError"),
+    "failing_excepthook": py("import sys\ndef hook(*a):\n    print(sys.exc_info())\n    1/0\nsys.excepthook = hook\n"
+                             "raise OSError"),
+    "failing_atexit": py("import atexit, sys\natexit.register(int, 'x')\natexit.register(print, 'first')\n"
+                         "sys.exit(2)"),
     "stdin": py("import sys\nfor line in sys.stdin:\n    print(line.strip()[::-1])\nprint(input.__name__)",
                 stdin=b"abc\ndef\n"),
     "input": py("print(int(input()) + int(input()))", stdin=b"3\n4\n"),

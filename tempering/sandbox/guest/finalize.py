@@ -68,7 +68,7 @@ def _wind_down() -> bool:
             threading._shutdown()
         except Exception as e:  # whatever the job's threads raise: CPython reports it and goes on
             _unraisable(e, threading)
-    atexit._run_exitfuncs()  # reports failing callbacks itself and forgets them all
+    _run_atexit()
     ok = True
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name, None)
@@ -81,6 +81,24 @@ def _wind_down() -> bool:
                 _unraisable(e, stream)
             ok = False
     return ok
+
+
+def _run_atexit() -> None:
+    """Run (and forget) the atexit callbacks. atexit reports what they raise itself; an error
+    raised in C (a builtin callback) would carry this module's frame, where CPython, running
+    them from no Python frame, shows none: a hook in between drops it."""
+    hook = sys.unraisablehook
+
+    def report(args) -> None:
+        tb = job_frames(args.exc_traceback)
+        hook(type(args)((args.exc_type, args.exc_value, tb, args.err_msg, args.object)))
+
+    sys.unraisablehook = report
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        if sys.unraisablehook is report:  # unless a callback installed a hook of its own
+            sys.unraisablehook = hook
 
 
 def _teardown(startup_modules: frozenset[str]) -> None:

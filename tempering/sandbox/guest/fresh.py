@@ -34,7 +34,11 @@ from types import ModuleType
 
 from .pycommand import Invocation, same_interpreter
 
-_FLAG_INDEX = {name: i for i, name in enumerate(type(sys.flags).__match_args__)}
+# What this module does to an interpreter relies on CPython internals (sys.flags' layout, the
+# warnings and atexit modules' private hooks) as of 3.11, the version it is tested on; the zygote
+# runs no job in a fork of any other interpreter.
+SUPPORTED = sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
+_FLAG_INDEX = {name: i for i, name in enumerate(getattr(type(sys.flags), "__match_args__", ()))}
 # Looked up once here, in the zygote, rather than in every job's process.
 _SET_ITEM = ctypes.pythonapi.PyStructSequence_SetItem
 _SET_ITEM.argtypes, _SET_ITEM.restype = (ctypes.py_object, ctypes.c_ssize_t, ctypes.py_object), None

@@ -31,9 +31,10 @@ _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
-def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
+def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
     """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code.
-    `base` is the zygote's interpreter at start-up, for jobs run in a fork of it."""
+    `base` is the zygote's interpreter at start-up, for jobs run in a fork of it (None: this
+    interpreter is not one the fast path supports)."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT: without
     # this reset a job could kill its init with `kill -INT 1` and turn its run into a
     # sandbox_error, which the trainer never penalises.

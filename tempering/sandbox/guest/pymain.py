@@ -33,18 +33,23 @@ def run(inv: Invocation, main: ModuleType, startup_modules: frozenset[str]) -> N
     # from here but a C entry away under CPython, so one less.
     extra = _recursion_depth() - (1 if inv.mode == "m" else 0)
     sys.setrecursionlimit(sys.getrecursionlimit() + max(0, extra))
+    outcome = None
     try:
         _execute(inv, namespace)
-    except SystemExit as e:
-        finalize.end(_exit_status(e), startup_modules)
-    except BaseException as e:  # the interpreter's own top level: everything uncaught is reported
-        status = _report(e)
-        if isinstance(e, KeyboardInterrupt) and status is None:
+    except BaseException as e:  # the interpreter's own top level: whatever escapes is handled below
+        outcome = e
+    # Out of the except clause: under CPython nothing is being handled while the excepthook,
+    # atexit callbacks and finalizers run, so what they raise chains to nothing.
+    if isinstance(outcome, SystemExit):
+        finalize.end(_exit_status(outcome), startup_modules)
+    status = 0
+    if outcome is not None:
+        reported = _report(outcome)
+        if isinstance(outcome, KeyboardInterrupt) and reported is None:
             finalize.die_by_sigint()
-        _forget_script(inv, namespace)
-        finalize.end(1 if status is None else status, startup_modules)
+        status = 1 if reported is None else reported
     _forget_script(inv, namespace)
-    finalize.end(0, startup_modules)
+    finalize.end(status, startup_modules)
 
 
 def _forget_script(inv: Invocation, namespace: dict) -> None:
@@ -60,7 +65,8 @@ def _execute(inv: Invocation, namespace: dict) -> None:
         filename = os.path.join(os.getcwd(), inv.target)  # absolute, not normalized, as CPython's
         namespace["__file__"], namespace["__cached__"] = filename, None
         # CPython takes the loader class from the frozen bootstrap, importing nothing.
-        namespace["__loader__"] = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", filename)
+        bootstrap = sys.modules["_frozen_importlib_external"]
+        namespace["__loader__"] = bootstrap.SourceFileLoader("__main__", filename)
         exec(compile(inv.source, filename, "exec", dont_inherit=True), namespace)
     else:
         import runpy
@@ -97,8 +103,9 @@ def _report(e: BaseException) -> int | None:
     except SystemExit as hook_exit:
         return _exit_status(hook_exit)
     except BaseException as hook_error:  # reported as CPython reports a failing hook
+        hook_tb = hook_error.__traceback__ = finalize.job_frames(hook_error.__traceback__)
         sys.stderr.write("Error in sys.excepthook:\n")
-        sys.__excepthook__(type(hook_error), hook_error, hook_error.__traceback__)
+        sys.__excepthook__(type(hook_error), hook_error, hook_tb)
         sys.stderr.write("\nOriginal exception was:\n")
         sys.__excepthook__(type(e), e, tb)
     return None

@@ -32,7 +32,7 @@ from . import fresh, job, seccomp, syscalls, wire
 def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_modules: dict) -> int:
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
-    base = fresh.Baseline(modules, path, importers, site_modules)
+    base = fresh.Baseline(modules, path, importers, site_modules) if fresh.SUPPORTED else None
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
@@ -43,7 +43,7 @@ def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_
     return os.waitstatus_to_exitcode(status)
 
 
-def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
+def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
     """Pid 1 of the zygote's own pid namespace: serve PREPAREs until the host goes away."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -74,7 +74,7 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseli
 
 
 def _init(ctrl: socket.socket, host_end: socket.socket, own_pidns: int, init_end: socket.socket,
-          program: bytes, disk_mb: int, base: fresh.Baseline) -> int:
+          program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
     """The new pid namespace's pid 1: let go of the zygote's descriptors, become the job's init."""
     gc.disable()  # a short-lived process: collecting would only copy pages
     ctrl.close()
