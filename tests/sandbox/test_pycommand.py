@@ -3,8 +3,11 @@ and which it leaves to an exec (anything it could not reproduce exactly)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tempering.config import SandboxConfig
 from tempering.sandbox.guest import pycommand
 
 ENV = {"PATH": "/usr/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -53,14 +56,15 @@ def test_what_a_fork_cannot_reproduce_is_declined(argv, env):
 
 
 def test_only_the_guests_own_interpreter_counts(tmp_path):
+    guest = SandboxConfig().guest_python
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
-    (venv / "python3").symlink_to("/usr/bin/python3.11")
-    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    assert pycommand.same_interpreter("/usr/bin/python3", "/usr/bin/python3")
-    assert not pycommand.same_interpreter(str(venv / "python3"), str(venv / "python3"))  # a venv
-    assert not pycommand.same_interpreter(str(venv / "python3"), "/usr/bin/python3")  # elsewhere
-    assert not pycommand.same_interpreter("/usr/bin/true", "/usr/bin/python3")
+    (venv / "python3").symlink_to(os.path.realpath(guest))  # the same binary ...
+    (tmp_path / "venv" / "pyvenv.cfg").write_text(f"home = {os.path.dirname(guest)}\n")
+    assert pycommand.same_interpreter(guest, guest)
+    assert not pycommand.same_interpreter(str(venv / "python3"), str(venv / "python3"))  # ... in a venv
+    assert not pycommand.same_interpreter(str(venv / "python3"), guest)  # ... named from elsewhere
+    assert not pycommand.same_interpreter(os.path.join(os.path.dirname(guest), "true"), guest)
 
 
 def test_scripts_are_read_unless_cpython_would_run_them_otherwise(tmp_path):
