@@ -66,6 +66,14 @@ class Baseline:
         self.warnings_filters = tuple(_warnings.filters)
 
 
+def forget_guest_modules(base: Baseline) -> None:
+    """In the zygote, once the guest has imported all it uses: sys.modules as at start-up,
+    so that jobs' processes need not drop the guest's modules one by one (each drop writes to,
+    and so copies, a page of the zygote's memory). The guest's code keeps its modules through
+    its own globals; an import it runs later loads a fresh copy."""
+    _keep_only(base.modules)
+
+
 def become(base: Baseline, inv: Invocation, program: str, env: dict[str, str]) -> ModuleType:
     """Reset this interpreter for `inv`, started as `program` under `env`. Returns the new
     `__main__` module."""
@@ -134,11 +142,9 @@ def _set_stdio(base: Baseline, unbuffered: bool) -> None:
 
 
 def _reset_modules(modules: dict) -> ModuleType:
-    """sys.modules as at start-up (the same dict object: the import system holds it), with a
+    """sys.modules as `modules` (the same dict object: the import system holds it), with a
     new, empty __main__."""
-    for name in list(sys.modules):
-        if modules.get(name) is not sys.modules[name]:  # the guest's, or its own copy of os & co
-            del sys.modules[name]
+    _keep_only(modules)
     sys.modules.update(modules)  # what is missing, in import order
     main = ModuleType("__main__")
     main.__loader__ = modules["__main__"].__loader__
@@ -146,6 +152,12 @@ def _reset_modules(modules: dict) -> ModuleType:
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
     return main
+
+
+def _keep_only(modules: dict) -> None:
+    for name in list(sys.modules):
+        if modules.get(name) is not sys.modules[name]:  # the guest's, or its own copy of os & co
+            del sys.modules[name]
 
 
 def _path0(inv: Invocation) -> str:

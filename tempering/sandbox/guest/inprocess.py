@@ -46,7 +46,9 @@ def _child(inv: Invocation, program: str, env: dict[str, str], stdio: list[int],
     # SIGPIPE and SIGXFSZ are still ignored from the guest interpreter's own start.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    pymain.run(inv, fresh.become(base, inv, program, env), frozenset(base.modules))
+    main = fresh.become(base, inv, program, env)
+    # What the interpreter starts with is its own, not the job's: finalizing leaves it be.
+    pymain.run(inv, main, frozenset(base.modules if inv.flags["no_site"] else base.site_modules))
     return 1  # not reached: pymain.run exits
 
 

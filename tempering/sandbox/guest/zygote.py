@@ -33,6 +33,8 @@ def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
     base = fresh.Baseline(modules, path, importers, site_modules) if fresh.SUPPORTED else None
+    if base is not None:
+        fresh.forget_guest_modules(base)
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
