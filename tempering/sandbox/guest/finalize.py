@@ -1,6 +1,6 @@
 """Ending a job's forked process the way CPython's finalization would, as far as a program sees.
 
-`exit` performs the steps of Py_FinalizeEx that a program can observe: non-daemon threads are
+`end` performs the steps of Py_FinalizeEx that a program can observe: non-daemon threads are
 joined, atexit callbacks run, sys.stdout and sys.stderr are flushed (a failure is reported as
 CPython reports it, and the exit status becomes 120), then the job's modules are torn down as
 finalize_modules does: each leaves sys.modules in import order, the collector runs, and the

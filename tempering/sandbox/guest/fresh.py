@@ -1,14 +1,16 @@
 """Making a forked copy of the guest's interpreter look like a `python3` that just started.
 
 The zygote's interpreter runs with -I -S -B, has imported the guest's modules and holds its own
-environment, stdio and sys state. `Baseline` records, when the zygote starts, what
-the interpreter held before any guest code ran. `become` (in a job's forked process, after
-every isolation step) puts the interpreter into the state CPython's start-up would have
-produced for the job's `Invocation`: the job's environment (C environ, posix.environ, time
-zone), warnings filters and no atexit callbacks, sys.flags, argv, orig_argv, executable,
-sys.path and dont_write_bytecode, new stdio objects on fds 0-2 with CPython's buffering,
-sys.modules back to the baseline with a new `__main__` (the guest's modules are dropped, so a
-job that imports one gets a fresh copy), the site import unless -S, and sys.path[0].
+environment, stdio and sys state. `Baseline` records, when the zygote starts, what the
+interpreter held before any guest code ran, including copies of site and the modules it
+imports that the zygote loaded first and the guest never touches; `forget_guest_modules`
+then takes the guest's modules out of sys.modules, once for all jobs (a job that imports one
+gets a fresh copy). `become` (in a job's forked process, after every isolation step) puts
+the interpreter into the state CPython's start-up would have produced for the job's
+`Invocation`: the job's environment (C environ, posix.environ, time zone), warnings filters
+and no atexit callbacks, sys.flags, argv, orig_argv, executable, sys.path and
+dont_write_bytecode, new stdio objects on fds 0-2 with CPython's buffering, sys.modules as at
+start-up with a new `__main__`, site.main() unless -S, and sys.path[0].
 
 It cannot undo what a fork shares with the zygote, none of which holds anything of another
 job: the str hash seed and address-space layout (the same for every job of one sandbox), the
