@@ -126,7 +126,7 @@ class SandboxConfig:
     warm_pool: bool = True  # keep `workers` sandboxes started so that a job starts in milliseconds
     # Run a Python job (python3 -c/-m/script with flags a fork can honour) in a fork of the
     # sandbox's own interpreter instead of exec'ing a new one: the same isolation and results,
-    # and a trivial job takes about half the CPU time (false: every job execs).
+    # at about 0.6x the CPU time for a trivial job (false: every job execs).
     python_fast_path: bool = True
     time_limit_s: float = 5.0
     memory_mb: int = 256
