@@ -13,8 +13,7 @@ import pytest
 TINY = ["--model.hidden_size=32", "--model.intermediate_size=64", "--model.num_hidden_layers=2",
         "--model.num_attention_heads=2", "--model.num_key_value_heads=1", "--run.threads=1",
         "--tasks.eval_per_domain=8", "--tasks.sft_per_domain=64", "--rollout.tasks_per_step=4",
-        "--rollout.samples_per_task=4", "--sft.steps=3", "--sft.batch_size=16", "--metrics.progress=false",
-        "--sandbox.allow_unisolated=true"]
+        "--rollout.samples_per_task=4", "--sft.steps=3", "--sft.batch_size=16", "--metrics.progress=false"]
 
 
 def cli(tmp_path, *args):
@@ -44,6 +43,9 @@ def test_short_run_end_to_end(tmp_path):
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "reward_per_domain.png").stat().st_size > 1000
     assert (run / "checkpoints" / "latest").read_text() == "step-000003"
+    # the demo mix runs model-written programs, and by default in the isolated sandbox
+    executions = [json.loads(line) for line in (run / "sandbox.jsonl").read_text().splitlines()]
+    assert executions and all(e["backend"] == "bwrap" for e in executions)
     transformers = pytest.importorskip("transformers")
     transformers.AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "step-000003" / "model")
 
