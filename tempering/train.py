@@ -218,8 +218,10 @@ def sample_fates(path: Path) -> dict[str, int]:
 def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Accounting,
                 stats: StepStats | None, tick: float, waited: float) -> dict[str, Any]:
     by_domain: dict[str, list[float]] = defaultdict(list)
+    solved: dict[str, list[float]] = defaultdict(list)
     for g in rollout.groups:
         by_domain[g.task.domain].extend(r.total for r in g.rewards if not r.failed)
+        solved[g.task.domain].extend(r.outcome for r in g.rewards if not r.failed)
     everything = [x for v in by_domain.values() for x in v]
     version = run.state["version"] - 1  # the version this step trained from
     staleness = [version - t.oldest_version for g in groups for t in g.trajectories]
@@ -227,7 +229,8 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "version": run.state["version"],
         "reward": {"mean": sum(everything) / max(len(everything), 1),
                    "domain": {d: sum(v) / len(v) for d, v in by_domain.items() if v}},
-        "pass_rate": rollout.pass_rates,
+        "outcome": {d: sum(v) / len(v) for d, v in solved.items() if v},  # this step's samples
+        "pass_rate": rollout.pass_rates,  # cumulative over the run, per domain
         **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},

@@ -86,3 +86,32 @@ def test_sft_learns_a_fixed_mapping():
     for _ in range(60):
         last = trainer.sft_step(batch).loss
     assert last < 0.1 * first
+
+
+def test_checkpoint_round_trip_restores_model_optimizer_and_rng(tmp_path):
+    import random
+
+    import numpy as np
+
+    from tempering.tokenizer import char_tokenizer
+    from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+
+    model = build_model(ARCH, seed=4)
+    trainer = Trainer(model, TrainerConfig(lr=1e-2), AlgorithmConfig(), norm_tokens=8)
+    trainer.rl_step(rl_batch())
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    path = save_checkpoint(tmp_path, model, char_tokenizer("ab"), trainer.state_dict(), {"step": 7, "version": 7})
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(2), np.random.seed(2), torch.manual_seed(2)  # what happens after the checkpoint is lost
+
+    assert latest_checkpoint(tmp_path) == path and path.name == "step-000007"
+    loaded, trainer_state, state = load_checkpoint(path)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    assert state == {"step": 7, "version": 7}
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+    fresh = Trainer(loaded, TrainerConfig(lr=1e-2), AlgorithmConfig(), norm_tokens=8)
+    fresh.load_state_dict(trainer_state)
+    saved = trainer.optimizer.state_dict()["state"]
+    for i, s in fresh.optimizer.state_dict()["state"].items():
+        assert torch.equal(s["exp_avg"], saved[i]["exp_avg"]) and int(s["step"]) == 1
