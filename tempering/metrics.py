@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tempering.config import MetricsConfig
 
@@ -35,7 +35,8 @@ class Metrics:
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: tensorboard is slow to import
 
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            # A resumed run replaces whatever the interrupted one logged after its checkpoint.
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=first_step + 1 if first_step else None)
         self._bar = None
         if cfg.progress:
             from tqdm import tqdm
@@ -60,6 +61,24 @@ class Metrics:
             self._tb.close()
         if self._bar is not None:
             self._bar.close()
+
+
+def rewind_jsonl(path: Path, keep: Callable[[dict], bool]) -> None:
+    """Rewrite a JSONL log keeping the rows `keep` accepts; a torn last line (the process was
+    killed mid-write) is dropped. Used on resume so the logs match the checkpoint."""
+    if not path.exists():
+        return
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if keep(row):
+            rows.append(line)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(r + "\n" for r in rows))
+    tmp.replace(path)
 
 
 def plot_rewards(metrics_path: Path, out_png: Path) -> None:

@@ -23,7 +23,7 @@ from tempering.buffer import Accounting, Buffer, LineageStore
 from tempering.config import Config, ModelConfig, TokenizerConfig, to_dict
 from tempering.engine import LLM
 from tempering.evaluation import EvalResult, evaluate
-from tempering.metrics import Metrics, plot_rewards
+from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
 from tempering.records import Group
@@ -119,6 +119,9 @@ def prepare(cfg: Config, resume: bool) -> Run:
     if ckpt is not None:
         model, trainer_state, state = load_checkpoint(ckpt)
         tokenizer = load_tokenizer(ckpt / "model")
+        # Steps after the checkpoint are redone: forget what the interrupted run logged for them.
+        rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state["step"])
+        rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state["step"])
     else:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool.alphabet)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)

@@ -69,8 +69,11 @@ def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "r" / "eval_baseline.json").read_text() == baseline  # no second warm-up
+    # The logs are rewound to the checkpoint, then continued: one row per step, no torn lines.
     steps = [json.loads(line)["step"] for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
-    assert steps[-2:] == [latest + 1, latest + 2]
+    assert steps == list(range(1, latest + 3))
+    fates = [json.loads(line) for line in (tmp_path / "r" / "samples.jsonl").read_text().splitlines()]
+    assert len(fates) == (latest + 2) * 16 and {f["step"] for f in fates} == set(range(latest + 2))
 
     import torch
 
@@ -80,3 +83,12 @@ def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
     opt = torch.load(final / "trainer.pt", weights_only=False)["optimizer"]
     assert all(int(s["step"]) == latest + 2 for s in opt["state"].values())  # AdamW moments carried over
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["steps"] == latest + 2
+
+
+def test_rewind_drops_torn_lines_and_rows_after_the_checkpoint(tmp_path):
+    from tempering.metrics import rewind_jsonl
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"st')
+    rewind_jsonl(log, lambda row: row["step"] <= 2)
+    assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
