@@ -96,6 +96,7 @@ class EngineConfig:
     attention: Literal["sdpa", "flex"] = "sdpa"  # flex: block-sparse flex_attention for prefill
     compile_flex: bool = False  # compile flex_attention (faster, compiles on first use)
     request_timeout_s: float = 600.0  # the server's deadline for one request
+    max_request_sequences: int = 256  # the server refuses requests asking for more (prompts x n)
 
     def __post_init__(self) -> None:
         _require(self.max_batch_size > 0, "engine.max_batch_size", "an integer > 0", self.max_batch_size)
@@ -110,6 +111,8 @@ class EngineConfig:
         _require(self.sliding_window > 0 or self.attention_sinks == 0, "engine.attention_sinks",
                  "0 unless sliding_window > 0", self.attention_sinks)
         _require(self.request_timeout_s > 0, "engine.request_timeout_s", "a number > 0", self.request_timeout_s)
+        _require(self.max_request_sequences > 0, "engine.max_request_sequences", "an integer > 0",
+                 self.max_request_sequences)
 
 
 _SANDBOX_OWN_PATHS = ("/tmp", "/dev", "/proc", "/workspace", "/opt/tempering")

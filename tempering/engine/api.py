@@ -41,7 +41,7 @@ class ApiRequest:
     created: int
 
 
-def parse(body: Any, chat: bool, tokenizer) -> ApiRequest:
+def parse(body: Any, chat: bool, tokenizer, max_sequences: int = 256) -> ApiRequest:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     unknown = sorted(set(body) - _KNOWN)
@@ -66,6 +66,10 @@ def parse(body: Any, chat: bool, tokenizer) -> ApiRequest:
             stop=tuple(stop), ignore_eos=bool(body.get("ignore_eos", False)))
     except ValueError as e:
         raise ApiError(400, str(e)) from None
+    if len(prompts) * params.n > max_sequences:
+        # One request must not monopolise the engine: n x prompts is bounded like a batch.
+        raise ApiError(400, f"{len(prompts)} prompt(s) x n={params.n} asks for more than "
+                            f"{max_sequences} sequences (engine.max_request_sequences)")
     kind = "chatcmpl" if chat else "cmpl"
     return ApiRequest(chat, prompts, params, bool(body.get("stream", False)), bool(body.get("logprobs")),
                       f"{kind}-{uuid.uuid4().hex[:24]}", int(time.time()))

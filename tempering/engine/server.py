@@ -159,7 +159,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.path not in routes:
                 raise api.ApiError(404, f"no route POST {self.path}", "not_found_error")
-            req = api.parse(self._body(), routes[self.path], self.server.engine.tokenizer)
+            engine = self.server.engine
+            req = api.parse(self._body(), routes[self.path], engine.tokenizer, engine.cfg.max_request_sequences)
             ids = [self.server.engine.check(p, req.params) for p in req.prompts]
         except api.ApiError as e:
             return self._json(e.status, e.body())

@@ -98,6 +98,7 @@ def test_streamed_chat_with_n_2_cuts_stop_strings_like_the_non_streamed_one(serv
     ("/v1/completions", {"prompt": "ab", "n": "two"}, None, 400, "n must be an integer"),
     ("/v1/completions", {"prompt": [1, 99999]}, None, 400, "token ids"),
     ("/v1/completions", {"prompt": "ab", "best_of": 2}, None, 400, "unsupported fields"),
+    ("/v1/completions", {"prompt": ["ab", "cd"], "n": 200, "max_tokens": 2}, None, 400, "max_request_sequences"),
     ("/v1/chat/completions", {"messages": []}, None, 400, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, None, 400, "content"),
     ("/v1/embeddings", {"input": "x"}, None, 404, "no route"),
