@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from tempering.algorithms import get_advantage
 from tempering.buffer import Accounting, Buffer, LineageStore
@@ -174,11 +175,18 @@ def warm_up(run: Run) -> None:
     sft = run.cfg.sft
     if sft.steps == 0:
         return
-    sft_trainer = Trainer(run.model, dataclasses.replace(run.cfg.trainer, lr=sft.lr, warmup_steps=0))
-    log = run.dir / "sft.jsonl"
-    with open(log, "w") as f:
+    sft_trainer = Trainer(run.model, dataclasses.replace(run.cfg.trainer, lr=sft.lr, warmup_steps=0,
+                                                         schedule="constant"))
+    bar = tqdm(total=sft.steps, desc="sft", unit="step", disable=not run.cfg.metrics.progress)
+
+    def log(step: int, stats: StepStats) -> None:
+        f.write(json.dumps({"step": step + 1, "loss": stats.loss}) + "\n")
+        bar.update(1)
+        bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
+
+    with open(run.dir / "sft.jsonl", "w") as f, bar:
         sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size, run.cfg.run.seed,
-                   lambda step, s: f.write(json.dumps({"step": step + 1, "loss": s.loss}) + "\n"))
+                   log)
 
 
 def run_eval(run: Run, label: str) -> EvalResult:
