@@ -16,6 +16,8 @@ fi
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-# Pin torch first: on a CPU machine this takes the CPU wheel; a bare "torch" could pull CUDA.
-.venv/bin/python -m pip install -q "torch==2.13.0"
+# Pin torch first: on these CPU machines this takes the local CPU wheel; a bare "torch" could
+# pull a multi-GB CUDA build. Elsewhere, TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# picks PyTorch's CPU wheels.
+.venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
