@@ -55,15 +55,26 @@ def workloads(seed: int = 0) -> dict[str, list[tuple[list[int], int, int]]]:
     }
 
 
-def timed(fn) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), tree_cpu_seconds()
+def timed(fn, children: bool = False) -> tuple[float, float]:
+    """-> wall seconds, CPU seconds of this process (and, with `children`, its descendants)."""
+    if not children:
+        wall, cpu = time.perf_counter(), time.process_time()
+        fn()
+        return time.perf_counter() - wall, time.process_time() - cpu
+    wall, before = time.perf_counter(), tree_cpu_seconds()
     fn()
-    return time.perf_counter() - wall, tree_cpu_seconds() - cpu
+    wall, after = time.perf_counter() - wall, tree_cpu_seconds()
+    # Per process, so a child that ends meanwhile does not subtract its whole past from the total.
+    return wall, sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
-def tree_cpu_seconds() -> float:
-    """CPU time of this process and all its descendants (vLLM computes in child processes, which
-    process_time would not see)."""
+def ratios(ours: dict, other: dict) -> dict:
+    return {k: round(ours[k] / other[k], 2) for k in ("tok_per_s", "tok_per_cpu_s")}
+
+
+def tree_cpu_seconds() -> dict[int, float]:
+    """pid -> CPU seconds of this process and all its descendants (vLLM computes in child
+    processes, which process_time would not see)."""
     ticks = os.sysconf("SC_CLK_TCK")
     stats = {}
     for entry in Path("/proc").iterdir():
@@ -80,7 +91,7 @@ def tree_cpu_seconds() -> float:
             if ppid == parent and pid not in tree:
                 tree.add(pid)
                 frontier.append(pid)
-    return sum(stats[pid][1] for pid in tree if pid in stats)
+    return {pid: stats[pid][1] for pid in tree if pid in stats}
 
 
 def rates(tokens: int, wall: float, cpu: float) -> dict:
@@ -161,12 +172,12 @@ def run_vllm(model_dir: Path, case: str, work) -> dict:
 
     if not hasattr(run_vllm, "engine"):
         run_vllm.engine = VLLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
-                               max_model_len=2048, enable_prefix_caching=True)
+                               max_model_len=2048, enable_prefix_caching=True, seed=0)
     prompts = [{"prompt_token_ids": p} for p, _, _ in work]
-    params = [VParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True, seed=i)
-              for i, (_, n, new) in enumerate(work)]
+    # No per-request seeds: vLLM's CPU build refuses them ("CPU Generator does not use offset").
+    params = [VParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True) for _, n, new in work]
     outs = []
-    wall, cpu = timed(lambda: outs.extend(run_vllm.engine.generate(prompts, params, use_tqdm=False)))
+    wall, cpu = timed(lambda: outs.extend(run_vllm.engine.generate(prompts, params, use_tqdm=False)), children=True)
     return rates(sum(len(c.token_ids) for o in outs for c in o.outputs), wall, cpu)
 
 
@@ -194,6 +205,8 @@ def main() -> None:
         if not args.no_hf:
             import transformers
 
+            # HF generate's speed differs a lot between releases (5.19 vs 5.24: 2-3x here): record it.
+            report["transformers"] = transformers.__version__
             hf = transformers.LlamaForCausalLM.from_pretrained(tmp, torch_dtype=torch.float32).eval()
             hf.generation_config.eos_token_id = None
         # One short untimed run each, so first-call costs (allocator, kernel caches) land on no case.
@@ -208,13 +221,7 @@ def main() -> None:
             entry = {"ours": run_ours(model, case, work[case])}
             if hf is not None:
                 entry["hf"] = run_hf(hf, case, work[case])
-                entry["ratio_vs_hf"] = {k: round(entry["ours"][k] / entry["hf"][k], 2)
-                                        for k in ("tok_per_s", "tok_per_cpu_s")}
-            if have_vllm and case in ("a", "b", "b-long", "c", "c-var"):
-                try:
-                    entry["vllm"] = run_vllm(Path(tmp), case, work[case])
-                except Exception as e:  # noqa: BLE001 - an optional third-party peer; report, go on
-                    entry["vllm"] = {"error": f"{type(e).__name__}: {e}"}
+                entry["ratio_vs_hf"] = ratios(entry["ours"], entry["hf"])
             if case == "int8":
                 prompts = [p for p, _, _ in work["c"][:8]]
                 entry["ours"]["greedy_top1_agreement"] = round(
@@ -223,6 +230,15 @@ def main() -> None:
                     2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4), 3)
             report["cases"][case] = entry
             print(f"[bench] {case}: {json.dumps(entry)}", file=sys.stderr, flush=True)
+        # vLLM last: its engine process keeps polling between calls and would load the other runs.
+        for case in [c for c in cases if c in ("a", "b", "b-long", "c", "c-var")] if have_vllm else []:
+            entry = report["cases"][case]
+            try:
+                entry["vllm"] = run_vllm(Path(tmp), case, work[case])
+                entry["ratio_vs_vllm"] = ratios(entry["ours"], entry["vllm"])
+            except Exception as e:  # noqa: BLE001 - an optional third-party peer; report, go on
+                entry["vllm"] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"[bench] {case} vllm: {json.dumps(entry['vllm'])}", file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
 
 
