@@ -8,6 +8,8 @@ line), the key and what was expected. This module knows nothing about the compon
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 import types
 import typing
@@ -40,7 +42,8 @@ class RunConfig:
         _require(self.checkpoint_every >= 0, "run.checkpoint_every", "an integer >= 0", self.checkpoint_every)
         _require(self.stall_timeout_s > 0, "run.stall_timeout_s", "a number > 0", self.stall_timeout_s)
         _require(self.threads >= 0, "run.threads", "an integer >= 0", self.threads)
-        _require(bool(self.name) and "/" not in self.name, "run.name", "a non-empty name without '/'", self.name)
+        _require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name) is not None, "run.name",
+                 "a folder name of letters, digits, '.', '_' or '-' (not starting with '.')", self.name)
 
 
 @dataclass(frozen=True)
@@ -418,6 +421,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         _require(isinstance(value, int) and not isinstance(value, bool), key, "an integer", value)
     elif tp is float:
         _require(isinstance(value, (int, float)) and not isinstance(value, bool), key, "a number", value)
+        _require(math.isfinite(value), key, "a finite number", value)
         return float(value)
     elif tp is str:
         _require(isinstance(value, str), key, "a string", value)

@@ -30,6 +30,10 @@ def test_defaults_and_overrides(tmp_path):
     ("[model]\nhidden_size = 100\nnum_attention_heads = 3\n", ["model.hidden_size", "multiple"]),
     ("[tasks]\nweights = { code = -1 }\n", ["tasks.weights.code", "weight > 0"]),
     ("trainer = 3\n", ["trainer", "table"]),
+    ("[trainer]\nlr = nan\n", ["trainer.lr", "a finite number"]),
+    ("[tasks]\nweights = { code = inf }\n", ["tasks.weights.code", "a finite number"]),
+    ("[run]\nname = '..'\n", ["run.name", "folder name"]),
+    ("[run]\nname = 'a/b'\n", ["run.name", "folder name"]),
     ("[trainer\nlr=1", ["c.toml", "not valid TOML"]),
 ])
 def test_bad_files_name_file_key_and_expectation(tmp_path, text, words):
