@@ -58,3 +58,12 @@ def test_unsupported_architecture_is_named(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ValueError, match="gpt2"):
         load_hf(tmp_path)
+
+
+def test_corrupt_weights_are_named(tmp_path):
+    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"garbage" * 10)
+    with pytest.raises(ValueError, match="model.safetensors: not a readable safetensors file"):
+        load_hf(tmp_path)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tempering.models.arch import Arch
@@ -60,15 +61,27 @@ def load_hf(folder: str | Path, dtype: torch.dtype = torch.float32) -> Decoder:
 def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{index}: not a safetensors index ({e})") from None
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
-            state.update(load_file(folder / shard))
+            state.update(_load(folder / shard))
         return state
     single = folder / "model.safetensors"
     if not single.is_file():
         raise ValueError(f"{folder}: no model.safetensors or model.safetensors.index.json")
-    return load_file(single)
+    return _load(single)
+
+
+def _load(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ValueError(f"{path}: missing shard")
+    try:
+        return load_file(path)
+    except SafetensorError as e:
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def save_hf(model: Decoder, folder: str | Path) -> None:
