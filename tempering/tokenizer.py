@@ -93,9 +93,15 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
         raise ValueError(f"{path}: no tokenizer.json found")
-    inner = HFTokenizer.from_file(str(file))
+    try:
+        inner = HFTokenizer.from_file(str(file))
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exception on bad files
+        raise ValueError(f"{file}: not a readable tokenizer.json ({e})") from None
     cfg_file = file.parent / "tokenizer_config.json"
-    cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    try:
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_file}: not valid JSON ({e})") from None
     eos = _token_text(cfg.get("eos_token")) or _guess_eos(inner, file)
     return Tokenizer(inner, eos_token=eos, pad_token=_token_text(cfg.get("pad_token")),
                      chat_template=cfg.get("chat_template"), bos_token=_token_text(cfg.get("bos_token")))
