@@ -55,6 +55,14 @@ class Metrics:
             self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
                                    if k in flat}, refresh=False)
 
+    def log_eval(self, step: int, accuracy: float, per_domain: dict[str, float]) -> None:
+        """A held-out evaluation during RL: TensorBoard scalars under eval/ (the numbers are also in
+        eval_step-*.json); metrics.jsonl keeps one row per step."""
+        if self._tb is not None:
+            self._tb.add_scalar("eval/accuracy", accuracy, step)
+            for domain, acc in per_domain.items():
+                self._tb.add_scalar(f"eval/domain/{domain}", acc, step)
+
     def close(self) -> None:
         self._file.close()
         if self._tb is not None:

@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from tempering.algorithms import get_advantage
+from tempering.algorithms.advantages import Advantage
 from tempering.buffer import Accounting, Buffer, LineageStore
 from tempering.config import Config, ModelConfig, TokenizerConfig, to_dict
 from tempering.engine import LLM
@@ -27,7 +28,7 @@ from tempering.evaluation import EvalResult, evaluate
 from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
-from tempering.records import Group
+from tempering.records import Group, Task
 from tempering.reward import RewardService
 from tempering.rollout import RolloutBatch, RolloutSpec, run_rollout_worker
 from tempering.runtime import LocalRuntime
@@ -47,6 +48,8 @@ class Run:
     model: Decoder
     trainer: Trainer
     pool: TaskPool
+    heldout: list[Task]  # drawn once: every evaluation scores the same tasks
+    advantage: Advantage
     sandbox: Sandbox
     reward: RewardService
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
@@ -75,7 +78,7 @@ def rl_loop(run: Run, started: float) -> None:
     queue, stop = runtime.queue(cfg.buffer.queue_size), runtime.event()
     worker = runtime.spawn("rollout", run_rollout_worker, rollout_spec(run), store, queue, stop)
     lineage = LineageStore(run.dir / "samples.jsonl")
-    buffer = Buffer(cfg.buffer, get_advantage(cfg.algorithm.advantage), lineage, run.tokenizer.pad_id)
+    buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
     try:
         while run.state["step"] < cfg.run.steps:
@@ -90,6 +93,9 @@ def rl_loop(run: Run, started: float) -> None:
             metrics.log(run.state["step"], step_record(run, rollout, groups, acct, stats, tick, waited))
             if cfg.run.checkpoint_every and run.state["step"] % cfg.run.checkpoint_every == 0:
                 checkpoint(run, started)
+            if cfg.eval.every and run.state["step"] % cfg.eval.every == 0 and run.state["step"] < cfg.run.steps:
+                result = run_eval(run, f"step-{run.state['step']:06d}")
+                metrics.log_eval(run.state["step"], result.accuracy, result.per_domain)
     finally:
         stop.set()
         queue.drain()
@@ -131,8 +137,10 @@ def prepare(cfg: Config, resume: bool) -> Run:
                       total_steps=cfg.run.steps)
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
+    advantage = get_advantage(cfg.algorithm.advantage)  # a typo fails here, not after SFT and evaluation
     sandbox = make_sandbox(cfg.sandbox, run_dir)
-    return Run(cfg, run_dir, tokenizer, model, trainer, pool, sandbox, RewardService(cfg.reward, sandbox), state)
+    return Run(cfg, run_dir, tokenizer, model, trainer, pool, pool.heldout(), advantage, sandbox,
+               RewardService(cfg.reward, sandbox), state)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
@@ -161,8 +169,8 @@ def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
 def rollout_spec(run: Run) -> RolloutSpec:
     cfg = run.cfg
     return RolloutSpec(
-        arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine, sandbox=cfg.sandbox,
-        tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
+        arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine,
+        sandbox=cfg.sandbox, tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
         seed=cfg.run.seed, first_batch=run.state["step"], threads=cfg.run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s)
 
@@ -177,21 +185,23 @@ def warm_up(run: Run) -> None:
         return
     sft_trainer = Trainer(run.model, dataclasses.replace(run.cfg.trainer, lr=sft.lr, warmup_steps=0,
                                                          schedule="constant"))
-    bar = tqdm(total=sft.steps, desc="sft", unit="step", disable=not run.cfg.metrics.progress)
+    with open(run.dir / "sft.jsonl", "w") as log, \
+            tqdm(total=sft.steps, desc="sft", unit="step", disable=not run.cfg.metrics.progress) as bar:
 
-    def log(step: int, stats: StepStats) -> None:
-        f.write(json.dumps({"step": step + 1, "loss": stats.loss}) + "\n")
-        bar.update(1)
-        bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
+        def on_step(step: int, stats: StepStats) -> None:
+            log.write(json.dumps({"step": step + 1, "loss": stats.loss}) + "\n")
+            bar.update(1)
+            bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
-    with open(run.dir / "sft.jsonl", "w") as f, bar:
         sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size, run.cfg.run.seed,
-                   log)
+                   on_step)
 
 
 def run_eval(run: Run, label: str) -> EvalResult:
+    # A fresh engine each time: the trainer updates the weights in place without a version bump,
+    # so a kept engine's prefix cache would serve KV of the old weights.
     engine = LLM(run.model, run.tokenizer, run.cfg.engine)
-    result = evaluate(engine, run.tokenizer, run.reward, run.pool.heldout(), run.cfg.eval.max_tokens)
+    result = evaluate(engine, run.tokenizer, run.reward, run.heldout, run.cfg.eval.max_tokens)
     (run.dir / f"eval_{label}.json").write_text(json.dumps(dataclasses.asdict(result), indent=2))
     print(f"[tempering] {label} held-out accuracy {result.accuracy:.3f} "
           + " ".join(f"{d}={a:.2f}" for d, a in sorted(result.per_domain.items())), flush=True)

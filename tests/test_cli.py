@@ -15,6 +15,7 @@ def run(*args, cwd=None):
     ("[trainer]\nlr = 'x'\n", ["bad.toml", "trainer.lr"]),
     ("[trainer\n", ["bad.toml", "not valid TOML"]),
     ("[tasks]\nweights = { chess = 1.0 }\n", ["unknown task domain 'chess'"]),
+    ("[algorithm]\nadvantage = 'ppo2'\n[sft]\nsteps = 100000\n", ["algorithm.advantage: unknown 'ppo2'"]),
 ])
 def test_bad_config_is_one_clear_line(tmp_path, toml, words):
     (tmp_path / "bad.toml").write_text(toml)

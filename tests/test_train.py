@@ -25,7 +25,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_short_run_end_to_end(tmp_path):
-    r = subprocess.run(cli(tmp_path, "--run.name=e2e", "--run.steps=3", "--run.checkpoint_every=2"),
+    r = subprocess.run(cli(tmp_path, "--run.name=e2e", "--run.steps=3", "--run.checkpoint_every=2", "--eval.every=2"),
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     run = tmp_path / "e2e"
@@ -43,6 +43,9 @@ def test_short_run_end_to_end(tmp_path):
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert (run / "reward_per_domain.png").stat().st_size > 1000
     assert (run / "checkpoints" / "latest").read_text() == "step-000003"
+    # eval.every=2: one held-out evaluation during RL, besides the baseline and the final one
+    assert sorted(p.name for p in run.glob("eval_*.json")) == [
+        "eval_baseline.json", "eval_final.json", "eval_step-000002.json"]
     # the demo mix runs model-written programs, and by default in the isolated sandbox
     executions = [json.loads(line) for line in (run / "sandbox.jsonl").read_text().splitlines()]
     assert executions and all(e["backend"] == "bwrap" for e in executions)
