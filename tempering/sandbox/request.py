@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
 from tempering.records import ExecResult
+from tempering.sandbox.guest.collect import check_name
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,10 @@ class ExecRequest:
         if size * 4 > self.memory_mb << 20:
             raise ValueError(f"ExecRequest.files hold {size} bytes: more than a quarter of memory_mb={self.memory_mb}")
         for name in (*self.files, *self.collect):
-            parts = name.split("/")
-            if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
-                raise ValueError(f"ExecRequest file name {name!r} must be a plain path inside the workspace")
+            try:
+                check_name(name)  # the same check the guest makes before writing or reading a file
+            except ValueError:
+                raise ValueError(f"ExecRequest file name {name!r} must be a plain path inside the workspace") from None
         for key, value in self.env.items():
             if not key or "=" in key or "\0" in key or "\0" in value:
                 raise ValueError(f"ExecRequest.env entry {key!r} is not a valid environment variable")
