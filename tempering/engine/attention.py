@@ -77,17 +77,22 @@ def _flex(compiled: bool):
     return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
 
 
+def visible(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, sinks: int) -> torch.Tensor:
+    """Whether a query at `q_pos` may attend to a key at `k_pos` (broadcast): causal, and
+    (window > 0) only the last `window` keys plus the first `sinks`."""
+    ok = k_pos <= q_pos
+    return ok & ((k_pos < sinks) | (k_pos > q_pos - window)) if window > 0 else ok
+
+
 def flex_block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, sinks: int, block: int = 16):
-    """A BlockMask over positions: causal, and (window > 0) only the last `window` keys plus the
-    first `sinks`. Blocks with no visible key are skipped entirely by flex_attention."""
+    """A BlockMask over positions with the `visible` mask. Blocks with no visible key are
+    skipped entirely by flex_attention."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    def visible(b, h, qi, ki):
-        kp, qp = k_pos[ki], q_pos[qi]
-        ok = kp <= qp
-        return ok & ((kp < sinks) | (kp > qp - window)) if window > 0 else ok
+    def mask_mod(b, h, qi, ki):
+        return visible(q_pos[qi], k_pos[ki], window, sinks)
 
-    return create_block_mask(visible, None, None, len(q_pos), len(k_pos), device="cpu", BLOCK_SIZE=block)
+    return create_block_mask(mask_mod, None, None, len(q_pos), len(k_pos), device="cpu", BLOCK_SIZE=block)
 
 
 class PagedAttention:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChunk, SharedPrefix, StepMeta,
-                                         cascade_available, flex_block_mask)
+                                         cascade_available, flex_block_mask, visible)
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.sequence import Sequence
 from tempering.models import Decoder
@@ -150,10 +150,7 @@ class ModelRunner:
         q_pos = torch.arange(first, end)
         table = torch.tensor([seq.block_table], dtype=torch.long)
         index = self._slots(table, k_pos[None], torch.ones(1, len(k_pos), dtype=torch.bool))[0]
-        mask = k_pos[None, :] <= q_pos[:, None]
-        if self.window:
-            mask &= (k_pos[None, :] < self.sinks) | (k_pos[None, :] > q_pos[:, None] - self.window)
-        chunk = PrefillChunk(start, count, index, mask)
+        chunk = PrefillChunk(start, count, index, visible(q_pos[:, None], k_pos[None, :], self.window, self.sinks))
         if self.flex:
             if self.compile_flex:  # compiled kernels are per shape: pad to few shapes
                 q_pos, k_pos = _pad(q_pos, -1), _pad(k_pos, 1 << 40)  # padding sees / is seen by nothing
