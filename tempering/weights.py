@@ -18,8 +18,9 @@ from tempering.models import Decoder
 
 class WeightStore:
     def __init__(self, model: Decoder, ctx: Any):
-        # Tied embeddings appear once in named_parameters; state_dict lists both names.
-        self.tensors = {k: v.detach().clone().share_memory_() for k, v in model.state_dict().items()}
+        # state_dict lists a tied lm_head under its own name too; the engine's model ties it the
+        # same way, so one shared copy of each storage is enough (the embedding is the largest).
+        self.tensors = {k: v.detach().clone().share_memory_() for k, v in _distinct(model.state_dict()).items()}
         self._version = ctx.Value("q", -1)
         self._lock = ctx.Lock()
 
@@ -29,6 +30,7 @@ class WeightStore:
 
     @torch.no_grad()
     def publish(self, model: Decoder, version: int) -> None:
+        """Copy `model`'s weights in and make them `version` (at once, under the lock)."""
         state = model.state_dict()
         with self._lock:
             for k, t in self.tensors.items():
@@ -42,3 +44,12 @@ class WeightStore:
         with self._lock:
             engine.load_weights(self.tensors, self._version.value)
         return True
+
+
+def _distinct(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    seen, out = set(), {}
+    for name, tensor in state.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+    return out

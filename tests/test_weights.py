@@ -1,0 +1,33 @@
+"""Versioned weights in shared memory: publish, pull once per version, tied tensors stored once."""
+
+import torch
+import torch.multiprocessing as tmp
+
+from tempering.engine import LLM, SamplingParams
+from tempering.models import Arch, build_model
+from tempering.weights import WeightStore
+
+ARCH = Arch(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, tie_word_embeddings=True, max_position_embeddings=64)
+
+
+def test_publish_then_pull_once_per_version():
+    trainer_model, engine_model = build_model(ARCH, seed=1), build_model(ARCH, seed=2)
+    store = WeightStore(trainer_model, tmp.get_context("spawn"))
+    assert "lm_head.weight" not in store.tensors  # tied to the embedding: one copy
+    engine = LLM(engine_model, max_seq_len=64)
+    engine.version = -1
+    store.publish(trainer_model, 3)
+    assert store.pull(engine) and engine.version == 3
+    for name, tensor in trainer_model.state_dict().items():
+        assert torch.equal(engine_model.state_dict()[name], tensor), name
+    assert not store.pull(engine)  # nothing newer
+
+    with torch.no_grad():
+        trainer_model.model.embed_tokens.weight.add_(1.0)
+    assert not store.pull(engine)  # changed but not published: the engine keeps version 3
+    store.publish(trainer_model, 4)
+    assert store.pull(engine)
+    assert torch.equal(engine_model.lm_head.weight, trainer_model.model.embed_tokens.weight)
+    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    assert out[0].outputs[0].versions == [4, 4]
