@@ -3,14 +3,17 @@
 One step is one flat row of tokens: first the decode tokens (one per sequence), then chunks of
 prefill. The step's metadata (`StepMeta`, built once by the model runner and shared by all
 layers) says where each token's key/value is written in the pool and which pool slots each query
-reads. Per layer: one write, one gather and one SDPA for all decode tokens together (padded to
-the longest context, masked), and one SDPA per prefill chunk. A chunk that starts a sequence with
-no cached prefix attends to its own fresh keys causally, without touching the pool. Decode
-tokens of sequences that share a long prefix of blocks (the n samples of one prompt, requests
-with a common system prompt) read that prefix once for the whole group (cascade attention: the
-group's queries against the shared keys, each sequence's own keys separately, merged by their
-log-sum-exp), instead of gathering and scanning the same keys once per sequence. With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding window + sinks
-skip whole blocks). It does not decide what is in the step: that is the scheduler's job.
+reads. Per layer: one write for the whole step; for the decode tokens, one gather and one SDPA
+per bucket of rows with similar context lengths (`DecodeBucket`: padded to the bucket's longest
+context, masked); one SDPA per prefill chunk. A chunk that starts a sequence with no cached
+prefix (and no sliding window) attends to its own fresh keys causally, without reading the pool.
+Decode tokens of sequences that share a long prefix of blocks (the n samples of one prompt,
+requests with a common system prompt) read that prefix once for the whole group (cascade
+attention: the group's queries against the shared keys, each sequence's own keys separately,
+merged by their log-sum-exp), instead of gathering and scanning the same keys once per
+sequence. With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding
+window + sinks skip whole blocks). It does not decide what is in the step: that is the
+scheduler's job.
 """
 
 from __future__ import annotations
