@@ -22,7 +22,7 @@ from typing import Callable
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.cgroups import CgroupError, Stats
 from tempering.sandbox.guest import wire
-from tempering.sandbox.request import ExecRequest
+from tempering.sandbox.request import ExecRequest, exit_reason
 from tempering.sandbox.zygote import Prepared
 
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
@@ -235,24 +235,10 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     exit_code = os.waitstatus_to_exitcode(status)
     files = wire.decode_files(frame.get("files", {}), settings.collect_limit_bytes)
     skipped = frame.get("skipped", {})
-    reason = _reason(pump.ended_by, exit_code, stats, stderr)
+    reason = pump.ended_by or exit_reason(exit_code, stats.oom_kills > 0 or "MemoryError" in stderr[-2000:])
     result = ExecResult(reason=reason, exit_code=exit_code, files=files, **common)
     return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
                    setup_s=setup_s, in_process=frame.get("in_process") is True)
-
-
-def _reason(ended_by: ExecReason | None, exit_code: int, stats: Stats, stderr: str) -> ExecReason:
-    if ended_by is not None:
-        return ended_by
-    if exit_code == 0:
-        return ExecReason.OK
-    if stats.oom_kills > 0 or "MemoryError" in stderr[-2000:]:
-        return ExecReason.OOM
-    if exit_code == -signal.SIGXCPU:
-        return ExecReason.TIMEOUT  # the CPU-time rlimit backstop fired
-    if exit_code < 0:
-        return ExecReason.KILLED
-    return ExecReason.NONZERO_EXIT
 
 
 def _error(message: str, **fields) -> ExecResult:

@@ -1,11 +1,13 @@
-"""What a sandbox is asked to run (`ExecRequest`) and what every backend provides (`Sandbox`)."""
+"""What a sandbox is asked to run (`ExecRequest`), what every backend provides (`Sandbox`) and
+how every backend reads the exit status of a program that ended by itself (`exit_reason`)."""
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from tempering.records import ExecResult
+from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest.collect import check_name
 
 
@@ -57,3 +59,17 @@ class Sandbox(Protocol):
     def run(self, request: ExecRequest) -> ExecResult: ...
 
     def close(self) -> None: ...
+
+
+def exit_reason(exit_code: int, out_of_memory: bool) -> ExecReason:
+    """Why a program that the host did not end (deadline, output cap) ended: `exit_code` as
+    subprocess gives it (-N: killed by signal N); `out_of_memory` is the backend's evidence."""
+    if exit_code == 0:
+        return ExecReason.OK
+    if out_of_memory:
+        return ExecReason.OOM
+    if exit_code == -signal.SIGXCPU:
+        return ExecReason.TIMEOUT  # the CPU-time rlimit backstop fired
+    if exit_code < 0:
+        return ExecReason.KILLED
+    return ExecReason.NONZERO_EXIT

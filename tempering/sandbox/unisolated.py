@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest import collect
-from tempering.sandbox.request import ExecRequest
+from tempering.sandbox.request import ExecRequest, exit_reason
 from tempering.sandbox.telemetry import ExecLog
 
 _COLLECT_LIMIT = 1 << 20
@@ -67,7 +67,8 @@ class UnisolatedSandbox:
         proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
         wall = time.monotonic() - start
         stderr = err.decode(errors="replace")
-        reason = ended_by or _reason_from_exit(proc.returncode, stderr)
+        oom = "MemoryError" in stderr or "Cannot allocate memory" in stderr
+        reason = ended_by or exit_reason(proc.returncode, oom)
         return ExecResult(
             reason=reason, exit_code=proc.returncode,
             stdout=out.decode(errors="replace"), stderr=stderr,
@@ -138,18 +139,6 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def _reason_from_exit(code: int, stderr: str) -> ExecReason:
-    if code == 0:
-        return ExecReason.OK
-    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
-        return ExecReason.OOM
-    if code == -signal.SIGXCPU:
-        return ExecReason.TIMEOUT
-    if code < 0:
-        return ExecReason.KILLED
-    return ExecReason.NONZERO_EXIT
 
 
 def _collect(workspace: Path, req: ExecRequest) -> dict[str, bytes]:

@@ -1,12 +1,16 @@
-"""What an ExecRequest refuses before any backend sees it: file names that could leave the
+"""What an ExecRequest refuses before any backend sees it (file names that could leave the
 workspace, invalid environment entries, limits that are not positive, files too large for the
-job's memory."""
+job's memory), and how both backends read an exit status."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
+from tempering.records import ExecReason
 from tempering.sandbox import ExecRequest
+from tempering.sandbox.request import exit_reason
 
 
 @pytest.mark.parametrize("name", ["/etc/passwd", "../x", "a/../../x", "", "a//b", "./a", "a/", "nul\0"])
@@ -38,3 +42,12 @@ def test_an_empty_command_and_oversized_files_are_refused():
         ExecRequest(command=())
     with pytest.raises(ValueError, match="quarter of memory_mb"):
         ExecRequest(command=("true",), memory_mb=16, files={"big": b"x" * (4 << 20 | 1)})
+
+
+def test_exit_statuses_are_read_the_same_by_every_backend():
+    assert exit_reason(0, out_of_memory=True) == ExecReason.OK  # it finished: an OOM-killed child is its business
+    assert exit_reason(1, out_of_memory=True) == ExecReason.OOM
+    assert exit_reason(-signal.SIGKILL, out_of_memory=True) == ExecReason.OOM
+    assert exit_reason(-signal.SIGXCPU, out_of_memory=False) == ExecReason.TIMEOUT  # the CPU rlimit backstop
+    assert exit_reason(-signal.SIGSEGV, out_of_memory=False) == ExecReason.KILLED
+    assert exit_reason(3, out_of_memory=False) == ExecReason.NONZERO_EXIT
