@@ -110,18 +110,23 @@ class Buffer:
                      rewards=[g.rewards[i] for i in alive], advantages=self.advantage(rewards).tolist())
 
     def _pack(self, groups: list[Group]) -> Batch:
-        rows = [(gi, t, a) for gi, g in enumerate(groups) for t, a in zip(g.trajectories, g.advantages)]
-        width = max(len(t.prompt_ids) + len(t.token_ids) for _, t, _ in rows)
-        n = len(rows)
-        batch = Batch(
-            input_ids=torch.full((n, width), self.pad_id, dtype=torch.long),
-            loss_mask=torch.zeros(n, width), old_logprobs=torch.zeros(n, width),
-            advantages=torch.zeros(n, width), versions=torch.full((n, width), -1, dtype=torch.long),
-            seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long))
-        for i, (gi, t, adv) in enumerate(rows):
-            _fill_row(batch, i, t, adv)
-            batch.group_ids[i] = gi
-        return batch
+        rows = [(t, a, gi) for gi, g in enumerate(groups) for t, a in zip(g.trajectories, g.advantages)]
+        return pack(rows, self.pad_id)
+
+
+def pack(rows: list[tuple[Trajectory, float, int]], pad_id: int) -> Batch:
+    """(trajectory, advantage, group index) rows -> one right-padded `Batch` row each."""
+    width = max(len(t.prompt_ids) + len(t.token_ids) for t, _, _ in rows)
+    n = len(rows)
+    batch = Batch(
+        input_ids=torch.full((n, width), pad_id, dtype=torch.long),
+        loss_mask=torch.zeros(n, width), old_logprobs=torch.zeros(n, width),
+        advantages=torch.zeros(n, width), versions=torch.full((n, width), -1, dtype=torch.long),
+        seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long))
+    for i, (t, adv, gi) in enumerate(rows):
+        _fill_row(batch, i, t, adv)
+        batch.group_ids[i] = gi
+    return batch
 
 
 def _fill_row(batch: Batch, i: int, t: Trajectory, adv: float) -> None:

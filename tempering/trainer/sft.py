@@ -9,39 +9,31 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
-import torch
-
-from tempering.records import Batch, Task
+from tempering.buffer import pack
+from tempering.records import Batch, Task, Trajectory
 from tempering.tokenizer import Tokenizer
 from tempering.trainer.step import StepStats, Trainer
 
 
 def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task]) -> Batch:
+    """Each task's prompt + reference + eos, packed like RL samples (loss on reference and eos)."""
     rows = []
-    for t in tasks:
-        prompt = tokenizer.encode(tokenizer.render(t.prompt, t.messages))
+    for i, t in enumerate(tasks):
         target = tokenizer.encode(t.reference or "") + [tokenizer.eos_id]
-        rows.append((prompt, target))
-    n, width = len(rows), max(len(p) + len(c) for p, c in rows)
-    ids = torch.full((n, width), tokenizer.pad_id, dtype=torch.long)
-    mask = torch.zeros(n, width)
-    lens = torch.zeros(n, dtype=torch.long)
-    for i, (p, c) in enumerate(rows):
-        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-        mask[i, len(p): len(p) + len(c)] = 1
-        lens[i] = len(p) + len(c)
-    zeros = torch.zeros(n, width)
-    return Batch(input_ids=ids, loss_mask=mask, old_logprobs=zeros, advantages=zeros,
-                 versions=torch.full((n, width), -1, dtype=torch.long), seq_lens=lens,
-                 group_ids=torch.arange(n))
+        sample = Trajectory(task_id=t.id, domain=t.domain, sample_index=0,
+                            prompt_ids=tokenizer.encode(tokenizer.render(t.prompt, t.messages)), token_ids=target,
+                            logprobs=[0.0] * len(target), loss_mask=[1] * len(target), versions=[-1] * len(target),
+                            text=t.reference or "", finish_reason="stop")
+        rows.append((sample, 0.0, i))
+    return pack(rows, tokenizer.pad_id)
 
 
 def sft_warmup(trainer: Trainer, tokenizer: Tokenizer, examples: Sequence[Task], steps: int, batch_size: int,
                seed: int, on_step: Callable[[int, StepStats], None] | None = None) -> None:
     if not examples:
         raise ValueError("sft.steps > 0 but the task mix has no reference completions to learn from")
-    rng = random.Random(seed)
+    rng, examples = random.Random(seed), list(examples)
     for step in range(steps):
-        stats = trainer.sft_step(sft_batch(tokenizer, rng.sample(list(examples), min(batch_size, len(examples)))))
+        stats = trainer.sft_step(sft_batch(tokenizer, rng.sample(examples, min(batch_size, len(examples)))))
         if on_step is not None:
             on_step(step, stats)
