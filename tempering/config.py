@@ -78,9 +78,6 @@ class ModelConfig:
 class TokenizerConfig:
     path: str = ""  # a tokenizer.json file or a folder holding one; "" = build a character tokenizer
 
-    def __post_init__(self) -> None:
-        pass
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -291,9 +288,6 @@ class MetricsConfig:
     progress: bool = True  # progress bar on the terminal
     tensorboard: bool = True
     plot: bool = True  # PNG of reward per domain at the end
-
-    def __post_init__(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ are tracked for metrics and for the scheduler. Priorities and curricula are not 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections import defaultdict
@@ -17,13 +18,16 @@ from tempering.records import Task
 from tempering.tasks import get_domain
 
 
+def _digest(task: Task) -> str:
+    return hashlib.sha1(f"{task.domain}|{task.prompt}".encode()).hexdigest()
+
+
 def is_heldout(task: Task) -> bool:
-    return int(hashlib.sha1(f"{task.domain}|{task.prompt}".encode()).hexdigest()[:8], 16) % 10 == 0
+    return int(_digest(task)[:8], 16) % 10 == 0
 
 
 def with_id(task: Task) -> Task:
-    digest = hashlib.sha1(f"{task.domain}|{task.prompt}".encode()).hexdigest()[:12]
-    return Task(**{**task.__dict__, "id": f"{task.domain}-{digest}"})
+    return dataclasses.replace(task, id=f"{task.domain}-{_digest(task)[:12]}")
 
 
 class TaskPool:

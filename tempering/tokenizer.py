@@ -27,6 +27,7 @@ class Tokenizer:
         self.pad_id = _token_id(inner, pad_token) if pad_token else self.eos_id
         self.bos_token, self.eos_token = bos_token, eos_token
         self.chat_template = chat_template
+        self._compiled: tuple[str, jinja2.Template] | None = None  # (source, template)
 
     @property
     def vocab_size(self) -> int:
@@ -43,12 +44,18 @@ class Tokenizer:
         plain prompt (the demo's tiny models are trained on plain text)."""
         if not messages or not self.chat_template:
             return prompt
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = _raise
-        return env.from_string(self.chat_template).render(
+        return self._template().render(
             messages=[{"role": m.role, "content": m.content} for m in messages],
             add_generation_prompt=True, bos_token=self.bos_token or "", eos_token=self.eos_token,
         )
+
+    def _template(self) -> jinja2.Template:
+        # Compiled once per template: rendering happens for every prompt of every rollout.
+        if self._compiled is None or self._compiled[0] != self.chat_template:
+            env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise
+            self._compiled = (self.chat_template, env.from_string(self.chat_template))
+        return self._compiled[1]
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
