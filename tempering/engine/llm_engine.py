@@ -49,9 +49,10 @@ class LLM:
         eos = list(eos_token_ids) or ([tokenizer.eos_id] if tokenizer is not None else [])
         self.eos_token_ids = frozenset(eos)
         arch = model.arch
-        self.pool = KVPool(arch.num_hidden_layers, self._num_blocks(), cfg.block_size, arch.num_key_value_heads,
+        num_blocks = self._num_blocks()
+        self.pool = KVPool(arch.num_hidden_layers, num_blocks, cfg.block_size, arch.num_key_value_heads,
                            arch.head_dim, cfg.kv_dtype)
-        self.blocks = BlockManager(self._num_blocks(), cfg.block_size, cfg.prefix_cache)
+        self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_cache)
         self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens)
         self.runner = ModelRunner(model, self.pool, cfg.sliding_window, cfg.attention_sinks,
                                   cfg.attention == "flex", cfg.compile_flex)
@@ -82,9 +83,14 @@ class LLM:
     @version.setter
     def version(self, value: int) -> None:
         if value != self._version:
-            self.scheduler.preempt_all()  # their KV came from the old weights
-            self.blocks.clear_cache()
-        self._version = value
+            self._new_policy(value)
+
+    def _new_policy(self, version: int) -> None:
+        """No KV of the old policy is used again: running sequences are recomputed, the prefix
+        cache is emptied."""
+        self.scheduler.preempt_all()
+        self.blocks.clear_cache()
+        self._version = version
 
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
@@ -95,9 +101,7 @@ class LLM:
             raise ValueError(f"load_weights: unknown tensors {unknown[:5]}")
         for name, tensor in state.items():
             own[name].copy_(tensor)
-        self.scheduler.preempt_all()
-        self.blocks.clear_cache()
-        self._version = version
+        self._new_policy(version)
 
     # -- requests -------------------------------------------------------------------------------
     def generate(self, prompts: Seq[str] | Seq[Seq[int]],
