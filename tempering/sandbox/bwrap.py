@@ -24,6 +24,10 @@ from tempering.sandbox import guest
 GUEST_ROOT = "/opt/tempering"  # the staged guest package appears here inside the sandbox
 GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec grants no capabilities)
 PATH = "/usr/local/bin:/usr/bin:/bin"
+# The zygote's locale and the jobs' default one (job.BASE_ENV), so that a job run in a fork of
+# the zygote's interpreter has the stdio encodings (and no UTF-8 mode) it would set up itself;
+# a job asking for another locale is exec'd (guest.pycommand).
+LOCALE = "C.UTF-8"
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
         "protocols", "services", "mime.types", "ssl/certs", "ssl/openssl.cnf")
@@ -93,9 +97,7 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
     """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(GUEST_UID), "--gid", str(GUEST_UID),
             "--hostname", "sandbox", "--new-session", "--clearenv", "--setenv", "PATH", PATH,
-            # The jobs' default locale (job.BASE_ENV), so that the zygote's interpreter sets up
-            # the same stdio encodings and no UTF-8 mode, as jobs run in a fork of it expect.
-            "--setenv", "LANG", "C.UTF-8",
+            "--setenv", "LANG", LOCALE,
             # Only the zygote and each job's init hold these, to mount per-job filesystems;
             # they are dropped (bounding set included) before any job code runs.
             "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]

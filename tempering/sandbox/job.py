@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tempering.records import ExecReason, ExecResult
+from tempering.sandbox.bwrap import LOCALE, PATH
 from tempering.sandbox.cgroups import CgroupError, Stats
 from tempering.sandbox.guest import wire
 from tempering.sandbox.request import ExecRequest, exit_reason
 from tempering.sandbox.zygote import Prepared
 
-BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
-            "LANG": "C.UTF-8", "USER": "sandbox", "PYTHONDONTWRITEBYTECODE": "1"}
+BASE_ENV = {"PATH": PATH, "HOME": "/workspace", "TMPDIR": "/tmp", "LANG": LOCALE, "USER": "sandbox",
+            "PYTHONDONTWRITEBYTECODE": "1"}
 _CHUNK = 65536
 
 
