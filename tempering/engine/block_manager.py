@@ -68,9 +68,13 @@ class BlockManager:
                 self.free.append(block)
 
     # -- sequences --------------------------------------------------------------------------
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that hold `tokens` positions."""
+        return -(-tokens // self.block_size)
+
     def blocks_needed(self, seq: Sequence, upto: int) -> int:
         """Fresh blocks `seq` needs so its table covers positions [0, upto)."""
-        return max(0, -(-upto // self.block_size) - len(seq.block_table))
+        return max(0, self.blocks_for(upto) - len(seq.block_table))
 
     def ensure(self, seq: Sequence, upto: int) -> bool:
         """Extend the block table to cover positions [0, upto); all or nothing."""

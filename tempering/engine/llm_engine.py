@@ -110,7 +110,7 @@ class LLM:
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
         ids = [self.check(p, sp) for p, sp in zip(prompts, plist)]  # all validated before any is queued
-        rids = [self.add_request(i, p) for i, p in zip(ids, plist)]
+        rids = [self._queue(i, p) for i, p in zip(ids, plist)]
         done: dict[int, RequestOutput] = {}
         while len(done) < len(rids):
             for out in self.step():
@@ -123,6 +123,10 @@ class LLM:
         ids = self.check(prompt, params)
         if resume and len(resume) != params.n:
             raise ValueError(f"add_request: resume has {len(resume)} outputs but params.n is {params.n}")
+        return self._queue(ids, params, resume)
+
+    def _queue(self, ids: list[int], params: SamplingParams, resume: Seq[CompletionOutput] = ()) -> int:
+        """add_request for token ids that `check` accepted."""
         rid = next(self._ids)
         seqs = [Sequence(rid, i, list(ids), len(ids), params, len(ids) + params.max_tokens, _generator(params, i))
                 for i in range(params.n)]
@@ -282,8 +286,7 @@ class LLM:
             # Positions past the model's trained context produce garbage, not an error: refuse.
             raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} exceeds the "
                              f"model's max_position_embeddings {context}")
-        if not self.cfg.sliding_window and self.blocks.blocks_needed(
-                Sequence(0, 0, [], 0, p, 0), len(ids) + p.max_tokens) > self.blocks.num_blocks:
+        if not self.cfg.sliding_window and self.blocks.blocks_for(len(ids) + p.max_tokens) > self.blocks.num_blocks:
             raise ValueError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "
                              f"than engine.kv_blocks = {self.blocks.num_blocks}")
         return ids
