@@ -1,5 +1,6 @@
 """The command line: bad input gives one clear error line and exit status 2, never a traceback."""
 
+import json
 import subprocess
 import sys
 
@@ -49,3 +50,20 @@ def test_a_stall_names_the_component_without_a_traceback(tmp_path):
     r = run("train", *tiny, "--rollout.tasks_per_step=100000", "--run.stall_timeout_s=2")
     assert r.returncode == 1, r.stderr[-2000:]
     assert "stalled: rollout worker: nothing arrived for 2 s" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_generate_from_a_saved_checkpoint(tmp_path):
+    from tempering.models import Arch, build_model, save_hf
+    from tempering.tokenizer import char_tokenizer
+
+    tok = char_tokenizer("abc =")
+    save_hf(build_model(Arch(vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)), tmp_path)
+    tok.save(tmp_path)
+    r = run("generate", str(tmp_path), "ab=", "c=", "--max-tokens", "4", "-n", "2", "--temperature", "1.0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["prompt"], x["index"]) for x in rows] == [("ab=", 0), ("ab=", 1), ("c=", 0), ("c=", 1)]
+    assert all(x["finish_reason"] in ("stop", "length") for x in rows)
+    r = run("generate", str(tmp_path / "nope"), "x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr

@@ -115,3 +115,15 @@ def test_checkpoint_round_trip_restores_model_optimizer_and_rng(tmp_path):
     saved = trainer.optimizer.state_dict()["state"]
     for i, s in fresh.optimizer.state_dict()["state"].items():
         assert torch.equal(s["exp_avg"], saved[i]["exp_avg"]) and int(s["step"]) == 1
+
+
+def test_kl_to_a_frozen_reference_starts_at_zero_and_grows():
+    model = build_model(ARCH, seed=5)
+    trainer = Trainer(model, TrainerConfig(lr=5e-2), AlgorithmConfig(kl_coef=0.5), norm_tokens=8)
+    assert trainer.reference is not None
+    first = trainer.rl_step(rl_batch(seed=6))
+    second = trainer.rl_step(rl_batch(seed=6))
+    assert first.kl_ref == pytest.approx(0.0, abs=1e-7)  # policy == reference before any update
+    assert second.kl_ref > 1e-6  # the policy moved; the reference did not
+    for p in trainer.reference.parameters():
+        assert not p.requires_grad
