@@ -128,14 +128,13 @@ class LLM:
     def _queue(self, ids: list[int], params: SamplingParams, resume: Seq[CompletionOutput] = ()) -> int:
         """add_request for token ids that `check` accepted."""
         rid = next(self._ids)
-        seqs = [Sequence(rid, i, list(ids), len(ids), params, len(ids) + params.max_tokens, _generator(params, i))
-                for i in range(params.n)]
+        seqs = [Sequence(rid, i, list(ids), len(ids), params, _generator(params, i)) for i in range(params.n)]
         for seq, prior in zip(seqs, resume):
             seq.tokens += prior.token_ids
             seq.logprobs, seq.versions = list(prior.logprobs), list(prior.versions)
             if prior.finish_reason in ("stop", "length") or len(seq.tokens) >= seq.max_len:
                 seq.status, seq.finish_reason = Status.FINISHED, prior.finish_reason or "length"
-        self.requests[rid] = Request(rid, list(ids), params, seqs)
+        self.requests[rid] = Request(rid, list(ids), seqs)
         self.stats["prompt_tokens"] += len(ids)
         live = [s for s in seqs if s.status is not Status.FINISHED]
         if params.n > 1 and not resume:

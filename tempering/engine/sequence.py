@@ -32,7 +32,6 @@ class Sequence:
     tokens: list[int]  # prompt (+ output tokens carried over by resume) + generated
     num_prompt: int  # tokens[:num_prompt] is the prompt
     params: SamplingParams
-    max_len: int  # stop with "length" once len(tokens) reaches this
     generator: torch.Generator | None = None
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -44,6 +43,11 @@ class Sequence:
     num_registered: int = 0  # leading blocks already offered to the prefix cache
     hash_version: int | None = None  # the policy version block_hashes were salted with
     num_dropped: int = 0  # leading blocks freed by the sliding window (sinks excepted)
+
+    @property
+    def max_len(self) -> int:
+        """Stop with "length" once len(tokens) reaches this."""
+        return self.num_prompt + self.params.max_tokens
 
     @property
     def output_ids(self) -> list[int]:
@@ -59,7 +63,6 @@ class Sequence:
 class Request:
     request_id: int
     prompt: list[int]
-    params: SamplingParams
     seqs: list[Sequence]
 
     @property

@@ -8,7 +8,7 @@ from tempering.engine.sequence import DROPPED, Sequence
 
 
 def seq(tokens, rid=0):
-    return Sequence(rid, 0, list(tokens), len(tokens), SamplingParams(), len(tokens) + 10)
+    return Sequence(rid, 0, list(tokens), len(tokens), SamplingParams())
 
 
 def computed(bm, s, version=0):
