@@ -7,7 +7,8 @@ cache, time zone, ...), one directory bound once, because every mount is copied 
 down with each job's mount namespace. `command` builds the bwrap argv: every namespace
 unshared (user, pid, net, ipc, uts, cgroup), no further user namespaces, a clean environment,
 a new session, only the system directories and that /etc bound read-only, a read-only /dev
-and root, and the zygote as the program. Per-job mounts are the guest's (`guest.job`).
+and root, and the zygote as the program; `as_host_user` starts it as the unprivileged host
+uid. Per-job mounts are the guest's (`guest.job`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ def _copy_public(src: Path, dst: Path) -> None:
     elif src.is_file() and st.st_mode & 0o004:
         shutil.copyfile(src, dst)
         os.chmod(dst, 0o644)
+
+
+def as_host_user(run_as: tuple[int, int] | None) -> dict:
+    """subprocess arguments that start bwrap as host (uid, gid) `run_as` with no supplementary
+    groups; None: as this process's user."""
+    return {"user": run_as[0], "group": run_as[1], "extra_groups": []} if run_as else {}
 
 
 def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str, ...],

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from tempering.config import SandboxConfig
 from tempering.sandbox import hierarchy
+from tempering.sandbox.bwrap import GUEST_UID, as_host_user
 
 
 class SandboxUnavailable(RuntimeError):
@@ -77,11 +78,10 @@ def _bwrap_version(bwrap: str) -> tuple[int, ...]:
 
 def _try_user_namespace(bwrap: str, run_as: tuple[int, int] | None) -> str:
     """'' if bwrap can create a sandbox with a user namespace as the sandbox user, else why not."""
-    creds = {"user": run_as[0], "group": run_as[1], "extra_groups": []} if run_as else {}
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
-            "--ro-bind", "/", "/", "--", "true"]
+    uid = str(GUEST_UID)
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", uid, "--gid", uid, "--ro-bind", "/", "/", "--", "true"]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={}, **creds)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={}, **as_host_user(run_as))
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"running {bwrap} failed: {e}"
     if r.returncode != 0:

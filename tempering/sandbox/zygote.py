@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from tempering.sandbox.bwrap import as_host_user
 from tempering.sandbox.cgroups import CgroupError, JobGroup, Tree
 from tempering.sandbox.guest import wire
 
@@ -54,12 +55,12 @@ class Zygote:
         host_end, guest_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         errlog = tempfile.TemporaryFile()
-        creds = {"user": run_as[0], "group": run_as[1], "extra_groups": []} if run_as else {}
         try:
             proc = subprocess.Popen(
                 [a.replace("{fd}", str(guest_end.fileno())) for a in argv],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
-                pass_fds=[guest_end.fileno()], close_fds=True, env={"PATH": os.defpath}, **creds)
+                pass_fds=[guest_end.fileno()], close_fds=True, env={"PATH": os.defpath},
+                **as_host_user(run_as))
         except OSError as e:
             host_end.close()
             errlog.close()
