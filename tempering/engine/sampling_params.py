@@ -30,7 +30,3 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0

@@ -34,10 +34,6 @@ class Scheduler:
         if seq in self.waiting:
             self.waiting.remove(seq)
 
-    @property
-    def has_work(self) -> bool:
-        return bool(self.waiting) or any(s.status is Status.RUNNING for s in self.running)
-
     def schedule(self, version: int) -> list[tuple[Sequence, int]]:
         """-> (sequence, tokens to compute) with decode items (1 token) first."""
         self.running = [s for s in self.running if s.status is Status.RUNNING]
@@ -53,9 +49,8 @@ class Scheduler:
             budget -= count
             i += 1
         while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
-            seq = self.waiting[0]
-            if not seq.block_table:
-                self.blocks.match_prefix(seq, version)
+            seq = self.waiting[0]  # waiting sequences hold no blocks: they start from the prefix cache
+            self.blocks.match_prefix(seq, version)
             count = min(seq.pending, budget)
             if not self.blocks.ensure(seq, seq.num_computed + count):
                 self._undo(seq)
