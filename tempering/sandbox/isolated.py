@@ -30,8 +30,7 @@ class IsolatedSandbox:
     name = "bwrap"
 
     def __init__(self, cfg: SandboxConfig, caps: Capabilities, log_dir: str | Path | None = None) -> None:
-        self.cfg = cfg
-        self._caps = caps
+        self._run_as = caps.run_as
         self._ids = itertools.count()
         self._settings = job.Settings(cpus=cfg.cpus, disk_mb=cfg.disk_mb,
                                       collect_limit_bytes=cfg.collect_limit_bytes,
@@ -51,7 +50,7 @@ class IsolatedSandbox:
             raise SandboxUnavailable(f"the isolated sandbox failed to start: {e}") from None
 
     def _start_zygote(self) -> Zygote:
-        z = Zygote.spawn(self._argv, self._caps.run_as)
+        z = Zygote.spawn(self._argv, self._run_as)
         z.wait_ready(_START_TIMEOUT_S)
         try:
             self._tree.adopt(z.pid)
