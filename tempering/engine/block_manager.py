@@ -176,10 +176,7 @@ class BlockManager:
 
     def clear_cache(self) -> None:
         """Forget every cached block (a new policy version): unreferenced ones become free."""
-        for block in list(self.evictable):
-            self.free.append(block)
+        self.free.extend(self.evictable)
         self.evictable.clear()
-        for block, h in enumerate(self.hash_of):
-            if h is not None:
-                self.hash_of[block] = None
+        self.hash_of = [None] * self.num_blocks
         self.cached.clear()
