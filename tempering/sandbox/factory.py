@@ -26,7 +26,7 @@ def make_sandbox(cfg: SandboxConfig, log_dir: str | Path | None = None) -> Sandb
                 "sandbox.backend = 'unisolated' runs model-written code with no isolation; "
                 "set sandbox.allow_unisolated = true to accept that explicitly"
             )
-        return UnisolatedSandbox(log_dir=log_dir)
+        return UnisolatedSandbox(cfg, log_dir=log_dir)
     if cfg.backend == "bwrap":
         return IsolatedSandbox(cfg, probe(cfg), log_dir=log_dir)
     raise SandboxUnavailable(f"sandbox.backend: unknown backend {cfg.backend!r}")

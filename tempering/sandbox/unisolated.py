@@ -17,19 +17,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from tempering.config import SandboxConfig
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest import collect
 from tempering.sandbox.request import ExecRequest, exit_reason
 from tempering.sandbox.telemetry import ExecLog
 
-_COLLECT_LIMIT = 1 << 20
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class UnisolatedSandbox:
     name = "unisolated"
 
-    def __init__(self, log_dir: str | Path | None = None) -> None:
+    def __init__(self, cfg: SandboxConfig | None = None, log_dir: str | Path | None = None) -> None:
+        """Of `cfg` (default: the defaults) only the file-size and collect limits apply here."""
+        cfg = cfg or SandboxConfig()
+        self._disk_bytes, self._collect_limit = cfg.disk_mb << 20, cfg.collect_limit_bytes
         self._log = ExecLog(log_dir) if log_dir is not None else None
         self._ids = itertools.count()
 
@@ -56,7 +59,7 @@ class UnisolatedSandbox:
             target.write_bytes(data)
         start = time.monotonic()
         proc = subprocess.Popen(
-            [*_limits(req), *req.command], cwd=workspace,
+            [*_limits(req, self._disk_bytes), *req.command], cwd=workspace,
             env={**_BASE_ENV, "HOME": str(workspace), **req.env},
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, close_fds=True,
@@ -69,21 +72,22 @@ class UnisolatedSandbox:
         stderr = err.decode(errors="replace")
         oom = "MemoryError" in stderr or "Cannot allocate memory" in stderr
         reason = ended_by or exit_reason(proc.returncode, oom)
+        files, _skipped = collect.collect(str(workspace), list(req.collect), self._collect_limit)
         return ExecResult(
             reason=reason, exit_code=proc.returncode,
             stdout=out.decode(errors="replace"), stderr=stderr,
             truncated=ended_by == ExecReason.OUTPUT_LIMIT, wall_s=wall,
             cpu_s=usage.ru_utime + usage.ru_stime, peak_memory_mb=peak_kb / 1024.0,
-            start="cold", files=_collect(workspace, req),
+            start="cold", files=files,
         )
 
 
-def _limits(req: ExecRequest) -> list[str]:
+def _limits(req: ExecRequest, file_bytes: int) -> list[str]:
     """rlimits through util-linux `prlimit`: unlike a preexec_fn it keeps subprocess on its
     vfork path (safe with threads, and the child's peak RSS is not the parent's)."""
     mem = req.memory_mb * 1024 * 1024
     cpu = int(req.time_limit_s) + 1
-    return ["prlimit", f"--as={mem}", f"--cpu={cpu}", "--core=0", f"--fsize={64 << 20}", "--"]
+    return ["prlimit", f"--as={mem}", f"--cpu={cpu}", "--core=0", f"--fsize={file_bytes}", "--"]
 
 
 def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
@@ -140,7 +144,3 @@ def _kill_group(pid: int) -> None:
     except ProcessLookupError:
         pass
 
-
-def _collect(workspace: Path, req: ExecRequest) -> dict[str, bytes]:
-    files, _skipped = collect.collect(str(workspace), list(req.collect), _COLLECT_LIMIT)
-    return files

@@ -42,6 +42,16 @@ def test_unisolated_needs_the_explicit_flag():
         sb.close()
 
 
+def test_unisolated_takes_its_collect_limit_from_the_config():
+    write = py("open('out.txt', 'w').write('0123456789')", collect=("out.txt",))
+    for limit, files in ((4, {}), (10, {"out.txt": b"0123456789"})):
+        sb = make_sandbox(SandboxConfig(backend="unisolated", allow_unisolated=True, collect_limit_bytes=limit))
+        try:
+            assert sb.run(write).files == files
+        finally:
+            sb.close()
+
+
 def test_config_refuses_paths_the_sandbox_mounts_over():
     for bad in ("/tmp/venv", "/", "relative", "/proc/1"):
         with pytest.raises(ConfigError, match="sandbox.ro_paths"):
