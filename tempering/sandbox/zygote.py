@@ -72,10 +72,9 @@ class Zygote:
     def wait_ready(self, timeout_s: float) -> None:
         self.ctrl.settimeout(timeout_s)
         try:
-            msg, ancdata, _, _ = self.ctrl.recvmsg(16, socket.CMSG_SPACE(12))
+            msg, pid = wire.recv_tag_and_pid(self.ctrl)
         except OSError as e:  # socket.timeout is an OSError
             self._fail(f"sandbox did not start within {timeout_s} s ({e})")
-        pid = wire.sender_pid(ancdata)
         if msg != wire.HELLO or pid is None:
             self._fail("sandbox failed to start")
         self.pid = pid
@@ -161,10 +160,9 @@ def _await_ready(sock: socket.socket, timeout_s: float) -> int:
     """The init's host pid from its READY (the kernel translates it), or ZygoteError."""
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     sock.settimeout(timeout_s)
-    msg, ancdata, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(12))
+    msg, pid = wire.recv_tag_and_pid(sock)
     if msg == wire.ERROR:
         raise ZygoteError(str(wire.recv_frame(sock, 1 << 16).get("error", "unknown error")))
-    pid = wire.sender_pid(ancdata)
     if msg != wire.READY or pid is None:
         raise ZygoteError(f"expected READY with credentials, got {msg!r}")
     return pid

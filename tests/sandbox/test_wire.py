@@ -56,7 +56,6 @@ def test_descriptors_and_credentials_travel():
         os.write(w, b"through")
         assert os.read(fds[0], 7) == b"through"
         d.send(wire.READY)
-        msg, ancdata, _, _ = c.recvmsg(1, socket.CMSG_SPACE(12))
-        assert msg == wire.READY and wire.sender_pid(ancdata) == os.getpid()
+        assert wire.recv_tag_and_pid(c) == (wire.READY, os.getpid())
     for fd in (r, w, *fds):
         os.close(fd)

@@ -23,6 +23,7 @@ READY, JOB, ERROR = b"R", b"J", b"E"
 JOB_FDS = 3  # the job's stdin (read end), stdout and stderr (write ends)
 
 _HEADER = struct.Struct(">I")
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class ProtocolError(ValueError):
@@ -117,7 +118,7 @@ def recv_fds(sock: socket.socket, maxfds: int) -> tuple[bytes, list[int]]:
     stream. One byte exactly, so that on a stream socket a frame after the tag stays unread."""
     fds = array.array("i")
     # Room for credentials too: a socket with SO_PASSCRED gets them with every message.
-    space = socket.CMSG_SPACE(maxfds * fds.itemsize) + socket.CMSG_SPACE(12)
+    space = socket.CMSG_SPACE(maxfds * fds.itemsize) + socket.CMSG_SPACE(_CREDS.size)
     msg, ancdata, flags, _addr = sock.recvmsg(1, space, socket.MSG_CMSG_CLOEXEC)
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -131,14 +132,21 @@ def recv_fds(sock: socket.socket, maxfds: int) -> tuple[bytes, list[int]]:
 
 def send_ready(sock: socket.socket) -> None:
     """READY with our credentials, so the receiver learns our pid in its own pid namespace."""
-    creds = struct.pack("3i", os.getpid(), os.getuid(), os.getgid())
+    creds = _CREDS.pack(os.getpid(), os.getuid(), os.getgid())
     sock.sendmsg([READY], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+
+
+def recv_tag_and_pid(sock: socket.socket) -> tuple[bytes, int | None]:
+    """A one-byte tag (b"" at end of stream) and its sender's pid, on a socket with SO_PASSCRED
+    (HELLO, READY). One byte exactly, as `recv_fds`."""
+    msg, ancdata, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(_CREDS.size))
+    return msg, sender_pid(ancdata)
 
 
 def sender_pid(ancdata: list) -> int | None:
     """The sender's pid from SCM_CREDENTIALS (the kernel translates it into our pid namespace)."""
     for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
-            pid, _uid, _gid = struct.unpack("3i", data[:12])
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _CREDS.size:
+            pid, _uid, _gid = _CREDS.unpack_from(data)
             return pid if pid > 0 else None
     return None
