@@ -69,7 +69,8 @@ class EngineLoop:
                 finished = self.engine.step()
             except Exception as e:  # noqa: BLE001 - fault boundary: fail the live requests, keep serving
                 for ticket in list(self.live.values()):
-                    self.engine.abort(ticket.request_id)
+                    if ticket.request_id in self.engine.requests:  # the step may have finished it
+                        self.engine.abort(ticket.request_id)
                     ticket.events.put((ticket.tag, "error", f"engine failure: {type(e).__name__}: {e}"))
                 self.live.clear()
                 continue

@@ -2,11 +2,12 @@
 
 import http.client
 import json
+import queue
 
 import pytest
 
-from tempering.engine import LLM
-from tempering.engine.server import Server
+from tempering.engine import LLM, SamplingParams
+from tempering.engine.server import EngineLoop, Server
 from tempering.models import Arch, build_model
 from tempering.tokenizer import char_tokenizer
 
@@ -112,3 +113,37 @@ def test_bad_requests_get_4xx_json_errors(server, path, body, raw, status, words
 def test_unknown_get_route_is_404(server):
     status, _, body = call(server, "GET", "/nope")
     assert status == 404 and "error" in json.loads(body)
+
+
+class _FailsOnce:
+    """A tokenizer whose first decode raises (a fault inside engine.step, after the request left)."""
+
+    def __init__(self, tok):
+        self.tok, self.failed = tok, False
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+    def decode(self, ids):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("decode failed")
+        return self.tok.decode(ids)
+
+
+def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
+    tok = char_tokenizer("abc")
+    arch = Arch(vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1)
+    loop = EngineLoop(LLM(build_model(arch, seed=0), _FailsOnce(tok), max_seq_len=32))
+    loop.start()
+    events: queue.Queue = queue.Queue()
+    params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
+    try:
+        loop.submit([1, 2], params, events, 0, False)
+        assert events.get(timeout=30)[1:] == ("error", "engine failure: RuntimeError: decode failed")
+        loop.submit([1, 2], params, events, 1, False)
+        tag, kind, out = events.get(timeout=30)
+        assert (tag, kind, len(out.outputs[0].token_ids)) == (1, "done", 2)
+    finally:
+        loop.stop()
