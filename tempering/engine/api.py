@@ -61,7 +61,7 @@ def parse(body: Any, chat: bool, tokenizer, max_sequences: int = 256) -> ApiRequ
     try:
         params = SamplingParams(
             n=_int(body, "n", 1), temperature=_num(body, "temperature", 1.0), top_p=_num(body, "top_p", 1.0),
-            top_k=_int(body, "top_k", 0), seed=body.get("seed") if body.get("seed") is None else _int(body, "seed", 0),
+            top_k=_int(body, "top_k", 0), seed=_int(body, "seed", None),
             max_tokens=_int(body, "max_completion_tokens", _int(body, "max_tokens", default_max)),
             stop=tuple(stop), ignore_eos=bool(body.get("ignore_eos", False)))
     except ValueError as e:
@@ -101,7 +101,7 @@ def _chat_prompt(messages: Any, tokenizer) -> str:
     return "".join(f"{m.role}: {m.content}\n" for m in parsed) + "assistant: "
 
 
-def _int(body: dict, key: str, default: int) -> int:
+def _int(body: dict, key: str, default: int | None) -> int | None:
     v = body.get(key, default)
     if v is None:
         return default

@@ -162,7 +162,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise api.ApiError(404, f"no route POST {self.path}", "not_found_error")
             engine = self.server.engine
             req = api.parse(self._body(), routes[self.path], engine.tokenizer, engine.cfg.max_request_sequences)
-            ids = [self.server.engine.check(p, req.params) for p in req.prompts]
+            ids = [engine.check(p, req.params) for p in req.prompts]
         except api.ApiError as e:
             return self._json(e.status, e.body())
         except ValueError as e:
