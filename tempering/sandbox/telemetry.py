@@ -2,8 +2,8 @@
 
 Each line records what ran (the program name and the size of the request, never its files or
 full source), how the run ended and what it used, so slow or failing sandboxes can be found
-after the fact. Thread-safe; a write failure is reported once on stderr and never fails a run.
-It does not aggregate: metrics and dashboards read the file.
+after the fact. Thread-safe; a write failure is reported once on stderr and never fails a run
+or the backend's close. It does not aggregate: metrics and dashboards read the file.
 """
 
 from __future__ import annotations
@@ -36,13 +36,19 @@ class ExecLog:
             try:
                 self._file.write(line + "\n")
             except OSError as e:
-                if not self._warned:
-                    print(f"tempering sandbox: cannot write {self.path}: {e}", file=sys.stderr)
-                    self._warned = True
+                self._warn(e)
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            try:
+                self._file.close()  # closed even when it raises: a line it could not write is lost
+            except OSError as e:
+                self._warn(e)
+
+    def _warn(self, e: OSError) -> None:
+        if not self._warned:
+            print(f"tempering sandbox: cannot write {self.path}: {e}", file=sys.stderr)
+            self._warned = True
 
 
 def record(job: int, backend: str, req: ExecRequest, result: ExecResult, **extra) -> dict:

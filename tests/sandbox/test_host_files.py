@@ -1,0 +1,37 @@
+"""What the host keeps of a run: the telemetry log holds neither a request's files nor its
+source, and a log that cannot be written never fails a run."""
+
+from __future__ import annotations
+
+import json
+
+from tempering.records import ExecReason, ExecResult
+from tempering.sandbox import ExecRequest
+from tempering.sandbox.telemetry import FILENAME, ExecLog
+
+
+SOURCE_MARK, FILE_MARK, STDIN_MARK = "source-7f3a", "file-c91e", "stdin-52bd"
+
+
+def test_the_log_holds_sizes_and_names_not_contents(tmp_path):
+    req = ExecRequest(command=("python3", "-c", f"print('{SOURCE_MARK}')"), files={"main.py": FILE_MARK.encode()},
+                      stdin=STDIN_MARK.encode())
+    result = ExecResult(reason=ExecReason.OK, exit_code=0, stdout="out", files={"out.txt": b"collected"})
+    log = ExecLog(tmp_path)
+    log.write(0, "bwrap", req, result)
+    log.close()
+    text = (tmp_path / FILENAME).read_text()
+    assert not any(mark in text for mark in (SOURCE_MARK, FILE_MARK, STDIN_MARK, "collected")), text
+    line = json.loads(text)
+    assert line["program"] == "python3" and line["argc"] == 3 and line["files"] == ["out.txt"]
+    assert line["request_bytes"] == len(FILE_MARK) + len(STDIN_MARK)
+
+
+def test_a_log_that_cannot_be_written_warns_once_and_never_fails_a_run(tmp_path, capsys):
+    (tmp_path / FILENAME).symlink_to("/dev/full")  # every write fails with ENOSPC
+    log = ExecLog(tmp_path)
+    result = ExecResult(reason=ExecReason.OK, exit_code=0)
+    for job in range(3):
+        log.write(job, "bwrap", ExecRequest(command=("true",)), result)
+    log.close()
+    assert capsys.readouterr().err.count("cannot write") == 1
