@@ -1,13 +1,33 @@
-"""What the host keeps of a run: the telemetry log holds neither a request's files nor its
+"""What the host hands a sandbox and what it keeps of a run: only world-readable files are
+staged into the sandbox's /etc, the telemetry log holds neither a request's files nor its
 source, and a log that cannot be written never fails a run."""
 
 from __future__ import annotations
 
 import json
+import os
 
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox import ExecRequest
+from tempering.sandbox.bwrap import _copy_public
 from tempering.sandbox.telemetry import FILENAME, ExecLog
+
+
+def test_only_world_readable_files_are_staged(tmp_path):
+    src, dst = tmp_path / "etc", tmp_path / "staged"
+    (src / "ssl" / "private").mkdir(parents=True)
+    (src / "ssl" / "cert.pem").write_text("public")
+    (src / "ssl" / "key.pem").write_text("secret")
+    (src / "ssl" / "private" / "inside.pem").write_text("secret")
+    os.chmod(src / "ssl" / "cert.pem", 0o644)
+    os.chmod(src / "ssl" / "key.pem", 0o640)  # readable by a group, not by everyone
+    os.chmod(src / "ssl" / "private", 0o750)
+    os.chmod(src / "ssl" / "private" / "inside.pem", 0o644)  # public, in a directory that is not
+    os.symlink("/etc/shadow", src / "ssl" / "link")
+    _copy_public(src, dst)
+    assert sorted(p.name for p in (dst / "ssl").iterdir()) == ["cert.pem", "link"]
+    assert (dst / "ssl" / "cert.pem").read_text() == "public"
+    assert os.readlink(dst / "ssl" / "link") == "/etc/shadow"  # a symlink stays one, its target unread
 
 
 SOURCE_MARK, FILE_MARK, STDIN_MARK = "source-7f3a", "file-c91e", "stdin-52bd"
