@@ -1,7 +1,8 @@
-"""The engine loop: chunked prefill, prefix reuse, forks, preemption, finished sequences leaving."""
+"""The engine loop: chunked prefill, prefix reuse, forks, preemption, stop tokens, finished sequences leaving."""
+
+from dataclasses import replace
 
 import pytest
-import torch
 
 from engine_helpers import assert_matches_trainer, random_prompts
 from tempering.engine import LLM, SamplingParams
@@ -77,6 +78,15 @@ def test_finished_sequences_leave_the_batch_at_once(model):
     # One sampled token per running sequence per step: exactly sum(lengths) were sampled.
     assert engine.stats["generated_tokens"] == sum(lengths)
     assert engine.stats["steps"] == max(lengths)
+
+
+def test_stop_token_ids_end_a_sequence_even_with_ignore_eos(model):
+    engine = LLM(model, max_seq_len=128)
+    prompt = random_prompts(1, 10, 11, seed=13)[0]
+    first = engine.generate([prompt], GREEDY)[0].outputs[0]
+    stop = first.token_ids[5]
+    out = engine.generate([prompt], replace(GREEDY, stop_token_ids=(stop,)))[0].outputs[0]
+    assert out.token_ids == first.token_ids[: first.token_ids.index(stop) + 1] and out.finish_reason == "stop"
 
 
 def test_step_api_and_errors(model):
