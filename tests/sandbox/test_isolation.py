@@ -228,6 +228,15 @@ def test_host_processes_cannot_be_signalled(each_path, sandbox_cfg):
     assert_next_job_clean(each_path)
 
 
+def test_the_job_cannot_signal_its_init_away(each_path):
+    """An init that died would turn the run into a sandbox_error, which is never trained on."""
+    code = ("import os, signal, time\nfor s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,"
+            " signal.SIGUSR1, signal.SIGPIPE):\n    os.kill(1, s)\ntime.sleep(0.2)\nprint('sent')")
+    r = each_path.run(py(code))
+    assert r.ok and r.stdout == "sent\n", r
+    assert_next_job_clean(each_path)
+
+
 def test_a_gigabyte_of_stdout_is_cut_off_at_the_cap(each_path):
     flood = "import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(chunk)\n"
     t = time.monotonic()
