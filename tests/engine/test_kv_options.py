@@ -34,6 +34,16 @@ def test_int8_kv_agrees_with_fp32_and_uses_under_0_3x_the_bytes(model):
     assert int8.blocks.stats["hit_tokens"] > 0  # each step above reused the int8 prefix
 
 
+def test_int8_forks_copy_the_partial_block_with_its_scales(model):
+    engine = LLM(model, max_seq_len=128, kv_dtype="int8")
+    prompt = random_prompts(1, 22, 23, seed=14)[0]  # 22 tokens: the forks copy a half-full block
+    out = engine.generate([prompt], SamplingParams(n=3, temperature=0, max_tokens=16, ignore_eos=True))[0]
+    first = out.outputs[0]
+    for c in out.outputs[1:]:
+        assert c.token_ids == first.token_ids
+        torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(first.logprobs), atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("attention", ["sdpa", "flex"])
 def test_sliding_window_with_sinks_matches_a_masked_full_recompute(model, attention):
     engine = LLM(model, max_seq_len=512, sliding_window=24, attention_sinks=3, attention=attention,
