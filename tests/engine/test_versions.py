@@ -9,7 +9,7 @@ from tempering.models import build_model
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 
 
-def test_prefix_cache_never_serves_kv_of_an_older_version(model):
+def test_prefix_cache_never_serves_kv_of_an_older_version():
     """Regression: the same prompt after load_weights must be recomputed under the new weights."""
     old, new = build_model(ARCH, seed=0).eval(), build_model(ARCH, seed=1).eval()
     engine = LLM(old, max_seq_len=256)
@@ -27,7 +27,7 @@ def test_prefix_cache_never_serves_kv_of_an_older_version(model):
     assert engine.blocks.stats["hit_tokens"] == hits
 
 
-def test_weights_loaded_mid_generation_recompute_running_sequences(model):
+def test_weights_loaded_mid_generation_recompute_running_sequences():
     old, new = build_model(ARCH, seed=0).eval(), build_model(ARCH, seed=1).eval()
     engine = LLM(old, max_seq_len=256)
     prompt = random_prompts(1, 40, 41, seed=7)[0]
@@ -41,13 +41,13 @@ def test_weights_loaded_mid_generation_recompute_running_sequences(model):
     c = done[0].outputs[0]
     assert done[0].request_id == rid and c.versions[:6] == [0] * 6 and c.versions[6:] == [1] * 10
     # The tokens sampled under version 1 were scored by version 1 over the whole context.
-    ref_new = _reference(new, prompt, c.token_ids)
+    ref_new = reference_logprobs(new, prompt, c.token_ids)
     torch.testing.assert_close(torch.tensor(c.logprobs[6:]), ref_new[6:], atol=1e-4, rtol=0)
-    ref_old = _reference(build_model(ARCH, seed=0).eval(), prompt, c.token_ids)  # `old` now holds `new`
+    ref_old = reference_logprobs(build_model(ARCH, seed=0).eval(), prompt, c.token_ids)  # `old` now holds `new`
     torch.testing.assert_close(torch.tensor(c.logprobs[:6]), ref_old[:6], atol=1e-4, rtol=0)
 
 
-def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights(model):
+def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights():
     old, new = build_model(ARCH, seed=0).eval(), build_model(ARCH, seed=1).eval()
     engine = LLM(old, max_seq_len=256)
     prompt = random_prompts(1, 20, 21, seed=8)[0]
@@ -60,7 +60,7 @@ def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights(mod
     assert [len(c.token_ids) for c in partial.outputs] == [5, 5]
     assert all(c.finish_reason == "abort" and c.versions == [0] * 5 for c in partial.outputs)
     for c in partial.outputs:
-        torch.testing.assert_close(torch.tensor(c.logprobs), _reference(old, prompt, c.token_ids), atol=1e-4, rtol=0)
+        assert_matches_trainer(old, prompt, c)
 
     engine.load_weights(new.state_dict(), version=1)
     rid2 = engine.add_request(prompt, params, resume=partial.outputs)
@@ -72,9 +72,5 @@ def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights(mod
         assert after.token_ids[:5] == before.token_ids and len(after.token_ids) == 20
         assert after.versions == [0] * 5 + [1] * 15 and after.finish_reason == "length"
         assert after.logprobs[:5] == before.logprobs
-        ref = _reference(new, prompt, after.token_ids)
+        ref = reference_logprobs(new, prompt, after.token_ids)
         torch.testing.assert_close(torch.tensor(after.logprobs[5:]), ref[5:], atol=1e-4, rtol=0)
-
-
-def _reference(m, prompt, completion):
-    return reference_logprobs(m, prompt, completion)
