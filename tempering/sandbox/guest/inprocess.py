@@ -42,7 +42,7 @@ def _child(inv: Invocation, program: str, env: dict[str, str], stdio: list[int],
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)
     _unprotect_from_oom()
     syscalls.set_name(os.path.basename(program))
-    # The dispositions CPython sets at start-up; the init reset SIGINT to the default, and
+    # The dispositions CPython sets at start-up; the zygote reset SIGINT to the default, and
     # SIGPIPE and SIGXFSZ are still ignored from the guest interpreter's own start.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())

@@ -34,11 +34,8 @@ _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python cha
 def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
     """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code.
     `base` is the zygote's interpreter at start-up, for jobs run in a fork of it (None: this
-    interpreter is not one the fast path supports)."""
-    # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT: without
-    # this reset a job could kill its init with `kill -INT 1` and turn its run into a
-    # sandbox_error, which the trainer never penalises.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    interpreter is not one the fast path supports). SIGINT is at its default already: the
+    zygote reset it for every init it forks."""
     try:
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
         _mount_filesystems(disk_mb)

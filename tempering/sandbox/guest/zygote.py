@@ -47,6 +47,9 @@ def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_
 
 def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
     """Pid 1 of the zygote's own pid namespace: serve PREPAREs until the host goes away."""
+    # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT. Reset
+    # here, for this process and every job's init forked from it: otherwise a job could kill
+    # its init with `kill -INT 1` and turn its run into a sandbox_error, never penalised.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     # Everything allocated so far is permanent: frozen objects are never traversed by the
