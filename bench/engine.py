@@ -34,7 +34,8 @@ from tempering.models import Arch, build_model, save_hf  # noqa: E402
 
 ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
             num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
-BLOCK = int(__import__("os").environ.get("BLOCK", 4))
+FP32_KV_BYTES = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4  # per token
+BLOCK = int(os.environ.get("BLOCK", 4))
 CASES = ("a", "b", "b-long", "c", "c-var", "int8", "sliding")
 
 
@@ -126,7 +127,7 @@ def run_ours(model, case: str, work) -> dict:
         preemptions=engine.scheduler.preemptions, steps=s["steps"])
     if case == "sliding":
         longest = max(len(p) + new for p, _, new in work)
-        result["full_attention_blocks_needed"] = sum(n for _, n, _ in work) * -(-longest // engine.cfg.block_size)
+        result["full_attention_blocks_needed"] = sum(n for _, n, _ in work) * engine.blocks.blocks_for(longest)
     return result
 
 
@@ -147,7 +148,7 @@ def run_hf(hf, case: str, work) -> dict:
         wall, cpu = timed(lambda: hf.generate(ids, **kwargs))
     tokens = sum(new * k for _, k, new in work)
     result = rates(tokens, wall, cpu)
-    result["kv_bytes_per_token"] = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4
+    result["kv_bytes_per_token"] = FP32_KV_BYTES
     return result
 
 
@@ -226,8 +227,7 @@ def main() -> None:
                 prompts = [p for p, _, _ in work["c"][:8]]
                 entry["ours"]["greedy_top1_agreement"] = round(
                     int8_agreement(model, prompts, args.agreement_tokens // len(prompts)), 4)
-                entry["ours"]["kv_bytes_vs_fp32"] = round(entry["ours"]["kv_bytes_per_token"] / (
-                    2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4), 3)
+                entry["ours"]["kv_bytes_vs_fp32"] = round(entry["ours"]["kv_bytes_per_token"] / FP32_KV_BYTES, 3)
             report["cases"][case] = entry
             print(f"[bench] {case}: {json.dumps(entry)}", file=sys.stderr, flush=True)
         # vLLM last: its engine process keeps polling between calls and would load the other runs.
