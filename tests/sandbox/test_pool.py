@@ -33,11 +33,11 @@ def make_pool(size: int):
 
     pool = WarmPool(size, start, prepare)
     pool.fill()
-    return pool, made, None
+    return pool, made
 
 
 def test_warm_then_prepared_again_after_dispatch():
-    pool, made, _ = make_pool(1)
+    pool, made = make_pool(1)
     z, warm = pool.acquire()
     assert warm and z is made[0] and z.prepared == 1
     pool.dispatched(z)
@@ -50,7 +50,7 @@ def test_warm_then_prepared_again_after_dispatch():
 
 
 def test_callers_beyond_the_pool_get_one_shot_cold_sandboxes():
-    pool, made, _ = make_pool(1)
+    pool, made = make_pool(1)
     a, warm_a = pool.acquire()
     b, warm_b = pool.acquire()
     assert warm_a and not warm_b and b is made[1]
@@ -62,7 +62,7 @@ def test_callers_beyond_the_pool_get_one_shot_cold_sandboxes():
 
 
 def test_failed_preparation_and_unhealthy_jobs_replace_the_zygote():
-    pool, made, _ = make_pool(1)
+    pool, made = make_pool(1)
     z, _ = pool.acquire()
     z.fail_next_prepare = True
     pool.dispatched(z)
