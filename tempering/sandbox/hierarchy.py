@@ -44,9 +44,13 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, set[str]]]:
         fields, rfields = left.split(), right.split()
         if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
             continue
-        unescape = lambda s: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)
-        out.append((rfields[0], unescape(fields[3]), unescape(fields[4]), set(rfields[2].split(","))))
+        out.append((rfields[0], _unescape(fields[3]), _unescape(fields[4]), set(rfields[2].split(","))))
     return out
+
+
+def _unescape(path: str) -> str:
+    """A mountinfo path field with its octal escapes (\\040 for a space, ...) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
 
 
 def _own_groups(text: str) -> dict[str, str]:

@@ -58,6 +58,15 @@ def test_detects_v2_when_delegated(tmp_path):
     assert d.version == 2 and d.dirs == {"unified": str(group)}
 
 
+def test_escaped_mount_points_are_decoded(tmp_path):
+    group = tmp_path / "cg root" / "user.slice"
+    group.mkdir(parents=True)
+    (group / "cgroup.controllers").write_text("cpu memory pids\n")
+    point = str(tmp_path / "cg root").replace(" ", "\\040")  # as mountinfo writes a space
+    d = hierarchy.detect(fake_proc(tmp_path, f"30 1 0:26 / {point} rw - cgroup2 cgroup2 rw\n", "0::/user.slice\n"))
+    assert d.dirs == {"unified": str(group)}
+
+
 def test_reports_what_is_missing(tmp_path):
     d, _ = fake_v2(tmp_path, "/", "cpu\n")
     assert d.version == 0
