@@ -103,7 +103,8 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_READ)
     ended_by = None
-    peak_kb = 0
+    peak_kb = seen = 0
+    cap = req.output_limit_bytes  # stdout and stderr together, kept in the order they came
     while sel.get_map():
         peak_kb = max(peak_kb, _high_water_kb(proc.pid))
         left = deadline - time.monotonic()
@@ -115,13 +116,13 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
             if not chunk:
                 sel.unregister(key.fileobj)
                 continue
-            bufs[key.fileobj] += chunk
-        if sum(len(b) for b in bufs.values()) > req.output_limit_bytes:
+            bufs[key.fileobj] += chunk[:max(0, cap - seen)]
+            seen += len(chunk)
+        if seen > cap:
             ended_by = ExecReason.OUTPUT_LIMIT
             break
     sel.close()
-    cap = req.output_limit_bytes
-    return bytes(bufs[proc.stdout][:cap]), bytes(bufs[proc.stderr][:cap]), ended_by, peak_kb
+    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), ended_by, peak_kb
 
 
 def _high_water_kb(pid: int) -> int:

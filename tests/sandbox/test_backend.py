@@ -52,6 +52,17 @@ def test_unisolated_takes_its_collect_limit_from_the_config():
             sb.close()
 
 
+def test_unisolated_caps_stdout_and_stderr_together():
+    sb = make_sandbox(SandboxConfig(backend="unisolated", allow_unisolated=True))
+    try:
+        r = sb.run(py("import sys\nsys.stdout.write('o' * 40000)\nsys.stdout.flush()\nsys.stderr.write('e' * 40000)",
+                      output_limit_bytes=65536))
+    finally:
+        sb.close()
+    assert r.reason == ExecReason.OUTPUT_LIMIT and r.truncated
+    assert len(r.stdout) + len(r.stderr) == 65536 and set(r.stdout) == {"o"} and set(r.stderr) == {"e"}
+
+
 def test_config_refuses_paths_the_sandbox_mounts_over():
     for bad in ("/tmp/venv", "/", "relative", "/proc/1"):
         with pytest.raises(ConfigError, match="sandbox.ro_paths"):
