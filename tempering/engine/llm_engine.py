@@ -198,16 +198,14 @@ class LLM:
         siblings = self._forks.pop(seq.request_id, None) if seq.index == 0 else None
         forked = []
         for child in siblings or ():
-            full = len(self.scheduler.running) >= self.cfg.max_batch_size
-            block = None if full else self.blocks.fork(seq, child)
+            block = None if self.scheduler.batch_full else self.blocks.fork(seq, child)
             if block is None:
                 self.scheduler.add(child)
                 continue
             if block >= 0:
                 self.pool.copy_block(seq.block_table[len(child.block_table) - 1], block,
                                      seq.num_computed % self.cfg.block_size)
-            child.status = Status.RUNNING
-            self.scheduler.running.append(child)
+            self.scheduler.admit(child)
             forked.append(child)
         return forked
 

@@ -29,6 +29,15 @@ class Scheduler:
         seq.status = Status.WAITING
         (self.waiting.appendleft if front else self.waiting.append)(seq)
 
+    @property
+    def batch_full(self) -> bool:
+        return len(self.running) >= self.max_batch_size
+
+    def admit(self, seq: Sequence) -> None:
+        """Put `seq`, whose blocks are in place, into the running batch."""
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+
     def remove(self, seq: Sequence) -> None:
         """Take `seq` out of the queues (abort); the caller releases its blocks."""
         if seq in self.waiting:
@@ -48,16 +57,14 @@ class Scheduler:
             items.append((seq, count))
             budget -= count
             i += 1
-        while self.waiting and budget > 0 and len(self.running) < self.max_batch_size:
+        while self.waiting and budget > 0 and not self.batch_full:
             seq = self.waiting[0]  # waiting sequences hold no blocks: they start from the prefix cache
             self.blocks.match_prefix(seq, version)
             count = min(seq.pending, budget)
             if not self.blocks.ensure(seq, seq.num_computed + count):
                 self._undo(seq)
                 break
-            self.waiting.popleft()
-            seq.status = Status.RUNNING
-            self.running.append(seq)
+            self.admit(self.waiting.popleft())
             items.append((seq, count))
             budget -= count
         # Decode items first, longest context first (the runner pads contexts in buckets of
