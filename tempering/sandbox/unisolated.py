@@ -91,17 +91,13 @@ def _limits(req: ExecRequest, file_bytes: int) -> list[str]:
 
 
 def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
-    """Feed stdin, read stdout/stderr until EOF, the deadline or the output cap."""
-    try:
-        proc.stdin.write(req.stdin)
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
+    """Feed stdin and read stdout/stderr, without blocking, until EOF, the deadline or the output cap."""
     sel = selectors.DefaultSelector()
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    for f in bufs:
+    for f in (*bufs, proc.stdin):
         os.set_blocking(f.fileno(), False)
-        sel.register(f, selectors.EVENT_READ)
+        sel.register(f, selectors.EVENT_WRITE if f is proc.stdin else selectors.EVENT_READ)
+    stdin = memoryview(req.stdin)
     ended_by = None
     peak_kb = seen = 0
     cap = req.output_limit_bytes  # stdout and stderr together, kept in the order they came
@@ -112,6 +108,9 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
             ended_by = ExecReason.TIMEOUT
             break
         for key, _ in sel.select(timeout=min(left, 0.5)):
+            if key.fileobj is proc.stdin:
+                stdin = _feed(sel, proc.stdin, stdin)
+                continue
             chunk = key.fileobj.read(65536)
             if not chunk:
                 sel.unregister(key.fileobj)
@@ -122,7 +121,23 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
             ended_by = ExecReason.OUTPUT_LIMIT
             break
     sel.close()
+    proc.stdin.close()
     return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), ended_by, peak_kb
+
+
+def _feed(sel: selectors.BaseSelector, pipe, data: memoryview) -> memoryview:
+    """Write what the pipe takes now; stop feeding (closing it) once all is in or the program
+    closed its end. Returns what is left."""
+    try:
+        data = data[os.write(pipe.fileno(), data[:65536]):]
+    except BlockingIOError:
+        return data
+    except BrokenPipeError:
+        data = data[:0]
+    if not data:
+        sel.unregister(pipe)
+        pipe.close()
+    return data
 
 
 def _high_water_kb(pid: int) -> int:

@@ -63,6 +63,17 @@ def test_unisolated_caps_stdout_and_stderr_together():
     assert len(r.stdout) + len(r.stderr) == 65536 and set(r.stdout) == {"o"} and set(r.stderr) == {"e"}
 
 
+def test_unisolated_keeps_its_deadline_while_stdin_is_unread():
+    sb = make_sandbox(SandboxConfig(backend="unisolated", allow_unisolated=True))
+    try:
+        unread = sb.run(ExecRequest(command=("sleep", "5"), stdin=b"x" * (1 << 20), time_limit_s=0.5))
+        read = sb.run(py("import sys; print(len(sys.stdin.buffer.read()))", stdin=b"x" * (3 << 20)))
+    finally:
+        sb.close()
+    assert unread.reason == ExecReason.TIMEOUT and unread.wall_s < 2, unread
+    assert read.ok and read.stdout == f"{3 << 20}\n", read
+
+
 def test_config_refuses_paths_the_sandbox_mounts_over():
     for bad in ("/tmp/venv", "/", "relative", "/proc/1"):
         with pytest.raises(ConfigError, match="sandbox.ro_paths"):
