@@ -1,8 +1,9 @@
-"""`tempering serve` over a real socket: completions, chat, streaming, n > 1, and 4xx errors."""
+"""`tempering serve` over a real socket: completions, chat, streaming, n > 1, 4xx errors, deadlines, engine faults."""
 
 import http.client
 import json
 import queue
+import threading
 
 import pytest
 
@@ -12,13 +13,16 @@ from tempering.models import Arch, build_model
 from tempering.tokenizer import char_tokenizer
 
 
+def tiny_engine(tokenizer=None, **options) -> LLM:
+    tokenizer = tokenizer or char_tokenizer("abcdefghijklmnopqrstuvwxyz :\n")
+    arch = Arch(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1)
+    return LLM(build_model(arch, seed=0), tokenizer, max_seq_len=128, **options)
+
+
 @pytest.fixture(scope="module")
 def server():
-    tok = char_tokenizer("abcdefghijklmnopqrstuvwxyz :\n")
-    arch = Arch(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
-                num_attention_heads=2, num_key_value_heads=1)
-    srv = Server(LLM(build_model(arch, seed=0), tok, max_seq_len=128, max_batch_size=16), port=0,
-                 model_name="tiny").start()
+    srv = Server(tiny_engine(max_batch_size=16), port=0, model_name="tiny").start()
     yield srv
     srv.close()
 
@@ -132,10 +136,7 @@ class _FailsOnce:
 
 
 def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
-    tok = char_tokenizer("abc")
-    arch = Arch(vocab_size=tok.vocab_size, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
-                num_attention_heads=2, num_key_value_heads=1)
-    loop = EngineLoop(LLM(build_model(arch, seed=0), _FailsOnce(tok), max_seq_len=32))
+    loop = EngineLoop(tiny_engine(_FailsOnce(char_tokenizer("abc"))))
     loop.start()
     events: queue.Queue = queue.Queue()
     params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
@@ -147,3 +148,18 @@ def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
         assert (tag, kind, len(out.outputs[0].token_ids)) == (1, "done", 2)
     finally:
         loop.stop()
+
+
+def test_a_request_past_its_deadline_gets_504_and_is_cancelled():
+    srv = Server(tiny_engine(request_timeout_s=0.2), port=0)  # its engine loop never runs
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        status, _, body = call(srv, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})
+        assert status == 504 and "request_timeout_s" in json.loads(body)["error"]["message"]
+        status, _, raw = call(srv, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2, "stream": True})
+        assert status == 200 and '"type": "timeout_error"' in raw
+        ops = [srv.loop.inbox.get_nowait()[0] for _ in range(srv.loop.inbox.qsize())]
+        assert ops == ["add", "abort", "add", "abort"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
