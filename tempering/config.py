@@ -27,6 +27,16 @@ def _require(ok: bool, key: str, expected: str, value: Any) -> None:
         raise ConfigError(f"{key}: expected {expected}, got {value!r}")
 
 
+def _require_choices(section: Any, name: str) -> None:
+    """Every `Literal[...]` field holds one of its choices, however the section was built (from
+    TOML, or directly in code as `LLM(model, attention=...)` does)."""
+    for key, tp in typing.get_type_hints(type(section)).items():
+        if typing.get_origin(tp) is Literal:
+            choices = typing.get_args(tp)
+            value = getattr(section, key)
+            _require(value in choices, f"{name}.{key}", "one of " + ", ".join(map(repr, choices)), value)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     name: str = "run"
@@ -99,6 +109,7 @@ class EngineConfig:
     max_request_sequences: int = 256  # the server refuses requests asking for more (prompts x n)
 
     def __post_init__(self) -> None:
+        _require_choices(self, "engine")
         _require(self.max_batch_size > 0, "engine.max_batch_size", "an integer > 0", self.max_batch_size)
         _require(self.max_seq_len > 0, "engine.max_seq_len", "an integer > 0", self.max_seq_len)
         _require(self.block_size > 0, "engine.block_size", "an integer > 0", self.block_size)
@@ -144,6 +155,7 @@ class SandboxConfig:
     ro_paths: tuple[str, ...] = ()  # extra host paths visible read-only inside, e.g. a venv
 
     def __post_init__(self) -> None:
+        _require_choices(self, "sandbox")
         _require(self.workers > 0, "sandbox.workers", "an integer > 0", self.workers)
         _require(isinstance(self.python_fast_path, bool), "sandbox.python_fast_path", "true or false",
                  self.python_fast_path)
@@ -250,6 +262,7 @@ class TrainerConfig:
     min_lr_ratio: float = 0.1  # where cosine ends, as a fraction of lr
 
     def __post_init__(self) -> None:
+        _require_choices(self, "trainer")
         _require(self.lr > 0, "trainer.lr", "a number > 0", self.lr)
         _require(self.weight_decay >= 0, "trainer.weight_decay", "a number >= 0", self.weight_decay)
         _require(0 <= self.beta1 < 1, "trainer.beta1", "a number in [0, 1)", self.beta1)
@@ -391,10 +404,6 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key + ".")
-    if origin is Literal:
-        choices = typing.get_args(tp)
-        _require(value in choices, key, "one of " + ", ".join(map(repr, choices)), value)
-        return value
     if origin is dict:
         ktp, vtp = typing.get_args(tp)
         _require(isinstance(value, dict), key, "a table", value)

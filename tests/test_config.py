@@ -67,3 +67,12 @@ def test_shipped_configs_load():
 
     for p in sorted(Path(__file__).parent.parent.glob("configs/*.toml")):
         load_config(p)
+
+
+def test_choices_are_checked_when_sections_are_built_in_code():
+    from tempering.config import EngineConfig, TrainerConfig
+
+    with pytest.raises(ConfigError, match="engine.attention: expected one of 'sdpa', 'flex', got 'flx'"):
+        EngineConfig(attention="flx")
+    with pytest.raises(ConfigError, match="trainer.schedule"):
+        TrainerConfig(schedule="linear")
