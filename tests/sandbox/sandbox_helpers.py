@@ -72,7 +72,24 @@ def host_cmdlines_containing(marker: str) -> list[int]:
     return hits
 
 
-def wait_until(predicate, timeout_s: float = 3.0) -> bool:
+def host_pids_named(name: str) -> list[int]:
+    """Host pids whose process name (/proc/PID/comm, 15 characters at most) is `name`: a job
+    names itself to tell the host it has got somewhere."""
+    hits = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().rstrip("\n") == name:
+                        hits.append(int(entry))
+            except OSError:
+                continue
+    return hits
+
+
+def wait_until(predicate, timeout_s: float = 10.0) -> bool:
+    """Poll until `predicate` holds; the timeout only guards against a hang (it costs nothing
+    when the predicate comes true), so it is generous."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():

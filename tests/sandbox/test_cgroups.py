@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -134,14 +133,15 @@ def real_tree():
 
 def test_real_job_group_limits_kills_and_measures(real_tree):
     group = limited(real_tree, 32 << 20, 8, 1.0)
-    code = "import sys\nsys.stdin.read(1)\nx = bytearray(8 << 20)\nwhile True: pass"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+    code = "import sys\nsys.stdin.read(1)\nx = bytearray(8 << 20)\nprint('allocated', flush=True)\nwhile True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         group.add(proc.pid)
         proc.stdin.write(b"x")
         proc.stdin.flush()
         assert group.procs() == [proc.pid]
-        time.sleep(0.3)
+        assert proc.stdout.readline() == b"allocated\n"  # in the group, not a sleep that hopes so
+        assert wait_until(lambda: group.stats().cpu_s > 0.05, timeout_s=30)  # the busy loop is counted
         stats = group.stats()
         assert stats.peak_bytes >= 8 << 20 and stats.cpu_s > 0.05 and stats.oom_kills == 0
         group.kill()

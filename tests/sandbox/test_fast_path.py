@@ -6,6 +6,7 @@ exactly is exec'd. How command lines are read is in test_pycommand.py."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -72,7 +73,9 @@ SAME = {
     "time_zone": py("import time; print(time.tzname, time.timezone)", env={"TZ": "EST+5"}),
     "fork_in_the_job": py("import os\nif os.fork() == 0:\n    print('child')\nelse:\n    os.wait()\n"
                           "    print('parent')"),
-    "timeout": py("open('partial.txt', 'w').write('so far')\nimport time\ntime.sleep(60)", time_limit_s=0.3,
+    # The write must come before the deadline on both paths, an exec included: a limit
+    # far above an interpreter's start-up even on a loaded machine.
+    "timeout": py("open('partial.txt', 'w').write('so far')\nimport time\ntime.sleep(60)", time_limit_s=1.0,
                   collect=("partial.txt",)),
 }
 
@@ -82,8 +85,27 @@ def both(sandbox, exec_sandbox, request: ExecRequest):
     return OnePath(sandbox, True).run(request), OnePath(exec_sandbox, False).run(request)
 
 
+# What a job prints that differs from run to run whichever path it takes: unittest's timing
+# line ("Ran 2 tests in 0.001s"). Only the duration is replaced; the count stays compared.
+_ELAPSED = re.compile(r"^(Ran \d+ tests? in )\d+\.\d+s$", re.MULTILINE)
+
+
+def deterministic(text: str) -> str:
+    return _ELAPSED.sub(r"\1<elapsed>s", text)
+
+
 def outcome(r):
-    return r.reason, r.exit_code, r.stdout, r.stderr, r.files
+    """What the two paths must agree on: how the job ended, what it printed (less the durations
+    it printed) and the files collected; never the measurements (wall_s, cpu_s, ...)."""
+    return r.reason, r.exit_code, deterministic(r.stdout), deterministic(r.stderr), r.files
+
+
+def test_only_the_durations_are_left_out_of_the_comparison():
+    a, b = "Ran 2 tests in 0.000s\n\nFAILED (failures=1)\n", "Ran 2 tests in 0.013s\n\nFAILED (failures=1)\n"
+    assert deterministic(a) == deterministic(b) == "Ran 2 tests in <elapsed>s\n\nFAILED (failures=1)\n"
+    for other in ("Ran 3 tests in 0.000s\n\nFAILED (failures=1)\n", "Ran 2 tests in 0.000s\n\nOK\n"):
+        assert deterministic(other) != deterministic(a)
+    assert deterministic("done in 0.5s\n") == "done in 0.5s\n"  # anything else a job prints stays compared
 
 
 @pytest.mark.parametrize("name", SAME)
@@ -104,7 +126,11 @@ def test_the_cases_cover_what_they_claim(sandbox):
     assert r.stdout == "thread\natexit\ndel\n" and r.files == {"out.txt": b"unclosed"}
     assert sandbox.run(SAME["failed_flush"]).exit_code == 120
     assert sandbox.run(SAME["recursion_depth"]).stdout == "999\n"
-    assert sandbox.run(SAME["timeout"]).reason == ExecReason.TIMEOUT
+    r = sandbox.run(SAME["timeout"])
+    assert r.reason == ExecReason.TIMEOUT and r.files == {"partial.txt": b"so far"}, r
+    r = sandbox.run(SAME["module"])
+    assert r.exit_code == 1 and "FAIL: test_b (test_arith.T" in r.stderr
+    assert "\nRan 2 tests in <elapsed>s\n" in deterministic(r.stderr), r.stderr  # the line the comparison normalises
     r = sandbox.run(SAME["isolated_no_site"])
     assert "'os'" not in r.stdout and "isolated=1" in r.stdout and "'exit'" not in r.stdout, r.stdout
 

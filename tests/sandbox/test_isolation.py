@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -15,10 +16,32 @@ import uuid
 import pytest
 
 from tempering.records import ExecReason
-from sandbox_helpers import (SECRET, assert_next_job_clean, host_cmdlines_containing, needs_bwrap, py,
-                             sandbox_processes, wait_until)
+from tempering.sandbox import cgroups
+from sandbox_helpers import (SECRET, assert_next_job_clean, host_cmdlines_containing, host_pids_named, last_logged,
+                             needs_bwrap, py, sandbox_processes, wait_until)
 
 pytestmark = needs_bwrap
+
+
+def assert_ended_at_its_deadline(each_path, r, limit_s: float) -> None:
+    """Killed by the host at its deadline: a timeout, by SIGKILL, not before the limit, and
+    with every process of the job gone at the kill, since the job's init then reaped them and
+    reported (an init that could not report within the grace period has its sandbox
+    replaced). How soon after the deadline it ended is a benchmark's business, not a test's."""
+    assert r.reason == ExecReason.TIMEOUT and r.exit_code == -signal.SIGKILL, r
+    assert r.wall_s >= limit_s, r
+    logged = last_logged(each_path.sandbox)
+    assert logged["reason"] == "timeout" and logged["zygote_replaced"] is False, logged
+
+
+def cpu_quota(group: cgroups.JobGroup) -> float:
+    """The CPU bandwidth, in cores, that the kernel holds a job's group to."""
+    if group.v2:
+        quota, period = open(f"{group.dirs['unified']}/cpu.max").read().split()
+    else:
+        quota = open(f"{group.dirs['cpu']}/cpu.cfs_quota_us").read()
+        period = open(f"{group.dirs['cpu']}/cpu.cfs_period_us").read()
+    return int(quota) / int(period)  # "max" or -1 (no limit) fails here
 
 
 def test_fork_bomb_is_capped_and_the_host_can_still_fork(each_path):
@@ -26,10 +49,11 @@ def test_fork_bomb_is_capped_and_the_host_can_still_fork(each_path):
     peak, host_forks_ok = [0], []
 
     def watch():
-        while not done.is_set():
+        while True:  # at least once, however late this thread gets to run
             peak[0] = max(peak[0], len(sandbox_processes()))
             host_forks_ok.append(subprocess.run(["true"]).returncode == 0)
-            time.sleep(0.05)
+            if done.wait(0.05):
+                break
 
     done = threading.Event()
     watcher = threading.Thread(target=watch)
@@ -54,24 +78,28 @@ def test_memory_bomb_is_oom_killed_at_the_limit(each_path):
     assert_next_job_clean(each_path)
 
 
-def test_cpu_burn_is_held_to_its_quota_and_deadline(each_path):
+def test_cpu_burn_is_held_to_its_quota_and_deadline(each_path, sandbox_cfg, monkeypatch):
+    quotas = []
+    stats = cgroups.JobGroup.stats
+
+    def stats_and_quota(group):  # read as the job ends, while its group still holds it
+        quotas.append(cpu_quota(group))
+        return stats(group)
+
+    monkeypatch.setattr(cgroups.JobGroup, "stats", stats_and_quota)
     burn = ("import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n")
-    t = time.monotonic()
     r = each_path.run(py(burn, time_limit_s=1.0))
-    assert r.reason == ExecReason.TIMEOUT and r.exit_code == -9, r
-    assert time.monotonic() - t < 4.0
-    # four busy processes on a two-core host get at most one core (each_path.cpus = 1)
-    assert r.cpu_s <= 1.25 * r.wall_s + 0.1, (r.cpu_s, r.wall_s)
+    assert_ended_at_its_deadline(each_path, r, 1.0)
+    # Four busy processes on a two-core host, held by the kernel to sandbox.cpus (one core)
+    # until the kill: the limit is checked, not the CPU time measured against the clock.
+    assert quotas == [sandbox_cfg.cpus] == [1.0], quotas
     assert_next_job_clean(each_path)
 
 
 def test_sleep_forever_ends_at_the_deadline(each_path):
-    t = time.monotonic()
     r = each_path.run(py("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(10**6)",
                        time_limit_s=0.5))
-    elapsed = time.monotonic() - t
-    assert r.reason == ExecReason.TIMEOUT and r.exit_code == -9, r
-    assert 0.5 <= r.wall_s < 1.5 and elapsed < 2.5, (r.wall_s, elapsed)
+    assert_ended_at_its_deadline(each_path, r, 0.5)
     assert_next_job_clean(each_path)
 
 
@@ -117,12 +145,17 @@ print("found:", found)
 
 def test_a_neighbour_jobs_workspace_is_invisible(each_path):
     token = uuid.uuid4().hex
+    written = f"nb{token[:13]}"  # the writer's process name once its files are written
+    # The writer stays until the host signals it, after the search: no sleep decides whether
+    # the searcher looked while the files were there.
     writer = py(f"""
-import os, time
+import os, signal
 for d in ("/workspace", "/tmp", "/dev/shm"):
     open(os.path.join(d, "neighbour.txt"), "w").write({token!r})
-time.sleep(2.5)
-""", time_limit_s=5, collect=("neighbour.txt",))
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGUSR1}})
+open("/proc/self/comm", "w").write({written!r})
+signal.sigwait({{signal.SIGUSR1}})
+""", time_limit_s=60, collect=("neighbour.txt",))
     searcher = py(f"""
 import os
 hits = []
@@ -143,9 +176,13 @@ print("hits", hits)
     results = {}
     t = threading.Thread(target=lambda: results.setdefault("writer", each_path.run(writer)))
     t.start()
-    time.sleep(0.8)  # the writer has written its files and is sleeping
-    results["searcher"] = each_path.run(searcher)
-    t.join()
+    try:
+        assert wait_until(lambda: host_pids_named(written), timeout_s=60), "the writer never wrote its files"
+        results["searcher"] = each_path.run(searcher)
+    finally:
+        for pid in host_pids_named(written):
+            os.kill(pid, signal.SIGUSR1)
+        t.join()
     assert results["writer"].ok and results["writer"].files == {"neighbour.txt": token.encode()}
     assert results["searcher"].ok, results["searcher"]
     assert "hits []" in results["searcher"].stdout
@@ -271,6 +308,8 @@ print(json.dumps(written))
 
 def test_a_double_forked_daemon_dies_with_its_job(each_path):
     marker = f"{time.time_ns() % 10**6}.25"
+    # The job ends only once its daemon is running `sleep`, so the host looks for a process
+    # that did exist (the job's time limit guards against a daemon that never starts).
     code = f"""
 import os, time
 if os.fork() == 0:
@@ -278,7 +317,17 @@ if os.fork() == 0:
     if os.fork() == 0:
         os.execvp("sleep", ["sleep", "{marker}"])
     os._exit(0)
-time.sleep(0.3)
+os.wait()
+def daemon_running():
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{{p}}/cmdline", "rb").read() == b"sleep\\x00{marker}\\x00":
+                return True
+        except OSError:
+            pass
+    return False
+while not daemon_running():
+    time.sleep(0.01)
 print("parent done")
 """
     r = each_path.run(py(code))
@@ -427,9 +476,9 @@ except OSError:
     pass
 print("set")
 """
-    t = time.monotonic()
     r = each_path.run(py(code, collect=("passwd_link", "etc_dir/passwd", "fifo", "dir", "big.bin", "hard", "ok.txt")))
+    # ok, not a timeout: a collection blocked on the FIFO would have kept the init from
+    # reporting until the deadline and the grace period after it had passed
     assert r.ok, r
     assert r.files == {"ok.txt": b"fine"}
-    assert time.monotonic() - t < 3
     assert_next_job_clean(each_path)
