@@ -28,7 +28,7 @@ class EvalResult:
 def evaluate(engine: LLM, tokenizer: Tokenizer, reward: RewardService, tasks: Sequence[Task],
              max_tokens: int) -> EvalResult:
     samples = generate_trajectories(engine, tokenizer, tasks, SamplingParams(temperature=0, max_tokens=max_tokens))
-    rewards = reward.score([(task, group[0].text) for task, group in zip(tasks, samples)])
+    rewards = reward.score([(task, group[0]) for task, group in zip(tasks, samples)])
     by_domain: dict[str, list[float]] = defaultdict(list)
     for task, r in zip(tasks, rewards):
         by_domain[task.domain].append(r.outcome)

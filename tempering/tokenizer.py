@@ -1,8 +1,16 @@
 """Tokenizers: HF `tokenizer.json` folders, and a character tokenizer built locally for the demo.
 
 Wraps `tokenizers.Tokenizer` with what the rest of the system needs: the stop (eos) ids, a pad
-id, prompt rendering (the folder's Jinja chat template when there is one) and decoding. It does
-not download anything.
+id, prompt rendering (the folder's Jinja chat template when there is one), prompt encoding and
+decoding. It does not download anything.
+
+Prompts are encoded as `transformers` (and so vLLM) encodes them: a plain prompt through the
+tokenizer.json post-processor, which adds the BOS of Llama-family tokenizers (`add_bos_token`);
+chat messages rendered with the template, which writes its own `bos_token`, and encoded without
+specials. transformers 5 ignores tokenizer_config.json's `add_bos_token`/`add_eos_token` when a
+tokenizer.json is there (its post-processor decides), and so does this. A prompt never starts
+with two BOS: a text that already begins with it gets none added. `encode` is the raw encoding
+(no specials), for references and targets.
 """
 
 from __future__ import annotations
@@ -26,18 +34,50 @@ class Tokenizer:
         self.eos_id = _token_id(inner, eos_token)
         self.pad_id = _token_id(inner, pad_token) if pad_token else self.eos_id
         self.bos_token, self.eos_token = bos_token, eos_token
+        # What the post-processor puts before a prompt's own ids: [bos_id] for Llama-style folders,
+        # nothing for Qwen2-style ones and the demo's character tokenizer.
+        self.prefix_ids, suffix = _post_processor_ids(inner)
+        named_bos = inner.token_to_id(bos_token) if bos_token else None
+        self.bos_id: int | None = named_bos if named_bos is not None else (self.prefix_ids or [None])[-1]
+        self.add_bos_token = self.bos_id is not None and self.prefix_ids[-1:] == [self.bos_id]
+        self.add_eos_token = suffix[:1] == [self.eos_id]
         self.chat_template = chat_template
         self._compiled: tuple[str, jinja2.Template] | None = None  # (source, template)
+        self._special: frozenset[int] | None = None
 
     @property
     def vocab_size(self) -> int:
         return self.inner.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
+        """The raw encoding, no special tokens added (references, targets, stop strings)."""
         return self.inner.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.inner.decode(list(ids), skip_special_tokens=True)
+    def encode_prompt(self, prompt: str, messages: Sequence[Message] = ()) -> list[int]:
+        """The prompt's ids as `transformers` gives them: `AutoTokenizer(prompt).input_ids` for a
+        plain prompt (or messages without a chat template), `apply_chat_template(messages,
+        add_generation_prompt=True, tokenize=True)` for messages; never two BOS at the start."""
+        if messages and self.chat_template:
+            return self.encode(self.render(prompt, messages))  # the template writes any BOS itself
+        ids = self.inner.encode(prompt, add_special_tokens=True).ids
+        n = len(self.prefix_ids)
+        if self.add_bos_token and ids[n: n + 1] == [self.bos_id]:
+            del ids[n - 1]  # the text begins with BOS already: the post-processor's one would be a second
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.inner.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the special tokens (eos, pad, chat markers...): decoding drops them, so a
+        verifier must look for them in the ids."""
+        if self._special is None:
+            self._special = frozenset(i for i, tok in self.inner.get_added_tokens_decoder().items() if tok.special)
+        return self._special
+
+    def token(self, token_id: int) -> str:
+        return self.inner.id_to_token(token_id)
 
     def render(self, prompt: str, messages: Sequence[Message] = ()) -> str:
         """The text the model sees: the chat template over `messages` when both exist, else the
@@ -62,7 +102,10 @@ class Tokenizer:
         folder.mkdir(parents=True, exist_ok=True)
         self.inner.save(str(folder / "tokenizer.json"))
         pad = self.inner.id_to_token(self.pad_id)
-        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self.eos_token, "pad_token": pad}
+        # add_bos_token/add_eos_token say what tokenizer.json's post-processor does (transformers 5
+        # reads that, not these keys; older readers and converters read the keys).
+        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self.eos_token, "pad_token": pad,
+               "add_bos_token": self.add_bos_token, "add_eos_token": self.add_eos_token}
         if self.bos_token:
             cfg["bos_token"] = self.bos_token
         if self.chat_template:
@@ -81,8 +124,23 @@ def _token_id(inner: HFTokenizer, token: str) -> int:
     return tid
 
 
+def _post_processor_ids(inner: HFTokenizer) -> tuple[list[int], list[int]]:
+    """(ids the post-processor puts before a text's own, ids it puts after), e.g. ([bos], [])."""
+    around = inner.encode("", add_special_tokens=True).ids
+    if not around:
+        return [], []
+    for tid, tok in inner.get_added_tokens_decoder().items():
+        if tid not in around:  # a probe text whose ids the post-processor's own cannot be mistaken for
+            ids = inner.encode(tok.content, add_special_tokens=True).ids
+            if ids.count(tid) == 1:
+                k = ids.index(tid)
+                return ids[:k], ids[k + 1:]
+    return around, []  # no probe token: take all of it as leading
+
+
 def char_tokenizer(alphabet: str) -> Tokenizer:
-    """One token per character of `alphabet` plus <pad> <bos> <eos> <unk>; for tiny demo models."""
+    """One token per character of `alphabet` plus <pad> <bos> <eos> <unk>; for tiny demo models.
+    No post-processor: prompts get no BOS (the demo's models are trained without one)."""
     chars = sorted(set(alphabet))
     vocab = {tok: i for i, tok in enumerate(SPECIALS)}
     for c in chars:

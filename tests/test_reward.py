@@ -1,73 +1,102 @@
 """The reward service as a fault boundary: crashes, timeouts and junk never become a signal."""
 
-import time
+import string
+import threading
 
 import pytest
 
 from tempering.config import RewardConfig
-from tempering.records import Budget, Task
+from tempering.records import Budget, Task, Trajectory
 from tempering.reward import VERIFIERS, RewardService, Verdict
 from tempering.sandbox.unisolated import UnisolatedSandbox
+from tempering.tokenizer import char_tokenizer
+
+TOKENIZER = char_tokenizer(string.printable + "\x00\ufffd")
 
 
 def task(verifier="exact_answer", answer="42"):
     return Task(id="t1", domain="d", prompt="p", verifier=verifier, answer=answer, budget=Budget(time_limit_s=2))
 
 
-@pytest.fixture
-def extra_verifiers():
-    def crash(task, completion, sandbox):
-        raise ZeroDivisionError("boom")
+def sample(text, finish="stop", ids=None):
+    """A sample as the engine returns it: the text's tokens, then eos when the model stopped."""
+    if ids is None:
+        ids = TOKENIZER.encode(text) + ([TOKENIZER.eos_id] if finish == "stop" else [])
+    return Trajectory(task_id="t1", domain="d", sample_index=0, prompt_ids=[5], token_ids=ids,
+                      logprobs=[0.0] * len(ids), loss_mask=[1] * len(ids), versions=[0] * len(ids),
+                      text=TOKENIZER.decode(ids), finish_reason=finish)
 
-    def slow(task, completion, sandbox):
-        time.sleep(5)
+
+def service(cfg=RewardConfig(), sandbox=None):
+    return RewardService(cfg, TOKENIZER, sandbox)
+
+
+class Slow:
+    """A verifier that blocks until released; `finished` tells whether it ever returned."""
+
+    def __init__(self):
+        self.release, self.finished = threading.Event(), threading.Event()
+
+    def __call__(self, task, sample, context):
+        self.release.wait(60)
+        self.finished.set()
         return Verdict({"outcome": 1.0})
 
-    VERIFIERS.update(crash=crash, slow=slow)
-    yield
+
+@pytest.fixture
+def slow():
+    def crash(task, sample, context):
+        raise ZeroDivisionError("boom")
+
+    verifier = Slow()
+    VERIFIERS.update(crash=crash, slow=verifier)
+    yield verifier
+    verifier.release.set()
     del VERIFIERS["crash"], VERIFIERS["slow"]
 
 
 def test_weights_components_and_reasons():
-    svc = RewardService(RewardConfig(weights={"outcome": 1.0, "partial": 0.5}))
-    right, close, junk, empty = svc.score([(task(), "42"), (task(), "43"), (task(), "\x00\ufffd<eos>"), (task(), "  ")])
+    svc = service(RewardConfig(weights={"outcome": 1.0, "partial": 0.5}))
+    right, close, junk, empty = svc.score([(task(), sample("42")), (task(), sample("43")),
+                                           (task(), sample("\x00\ufffd<eos>")), (task(), sample("  "))])
     assert right.total == 1.5 and right.outcome == 1.0 and not right.failed
     assert close.components == {"outcome": 0.0, "partial": 0.5} and close.total == 0.25
-    assert junk.total == 0 and junk.reason == "wrong answer" and not junk.failed
+    assert junk.total == 0 and not junk.failed
+    assert junk.reason == "special token '<eos>' inside the answer"  # the text "<eos>" is the special token
     assert empty.reason == "empty answer" and not empty.failed
     svc.close()
 
 
-def test_crash_and_timeout_are_marked_failures(extra_verifiers):
-    svc = RewardService(RewardConfig(timeout_s=0.5, workers=2))
-    start = time.monotonic()
-    crashed, slow, fine = svc.score([(task("crash"), "1"), (task("slow"), "1"), (task(), "42")])
-    assert time.monotonic() - start < 3
+def test_crash_and_timeout_are_marked_failures(slow):
+    svc = service(RewardConfig(timeout_s=0.5, workers=2))
+    crashed, late, fine = svc.score([(task("crash"), sample("1")), (task("slow"), sample("1")), (task(), sample("42"))])
+    assert not slow.finished.is_set()  # score gave up on the verifier at its deadline, not when it returned
     assert crashed.failed and "ZeroDivisionError: boom" in crashed.reason
-    assert slow.failed and "timed out" in slow.reason
+    assert late.failed and "timed out" in late.reason
     assert fine.outcome == 1.0 and not fine.failed
-    unknown, = svc.score([(task("nosuch"), "1")])
+    unknown, = svc.score([(task("nosuch"), sample("1"))])
     assert unknown.failed and "unknown verifier 'nosuch'" in unknown.reason
     svc.close()
 
 
-def test_pool_recovers_when_every_worker_is_stuck(extra_verifiers):
-    svc = RewardService(RewardConfig(timeout_s=0.3, workers=1))
-    first = svc.score([(task("slow"), "1"), (task(), "42")])
+def test_pool_recovers_when_every_worker_is_stuck(slow):
+    svc = service(RewardConfig(timeout_s=0.3, workers=1))
+    first = svc.score([(task("slow"), sample("1")), (task(), sample("42"))])
+    assert not slow.finished.is_set()
     assert first[0].failed and first[1].failed and "exhausted" in first[1].reason
-    again, = svc.score([(task(), "42")])
+    again, = svc.score([(task(), sample("42"))])
     assert again.outcome == 1.0
     svc.close()
 
 
 def test_program_output_runs_in_the_sandbox():
-    svc = RewardService(RewardConfig(), UnisolatedSandbox())
+    svc = service(sandbox=UnisolatedSandbox())
     t = task("program_output", answer="14")
-    ok, wrong, broken, loop = svc.score([(t, "print(8+2+4)"), (t, "print(7)"), (t, "print(8+"),
-                                         (t, "while True: pass")])
+    ok, wrong, broken, loop = svc.score([(t, sample("print(8+2+4)")), (t, sample("print(7)")), (t, sample("print(8+")),
+                                         (t, sample("while True: pass"))])
     assert ok.components == {"outcome": 1.0, "partial": 1.0, "executes": 1.0}
     assert wrong.components == {"outcome": 0.0, "partial": 0.0, "executes": 1.0} and wrong.reason == "wrong output"
-    close, = svc.score([(t, "print(8+2+5)")])  # prints 15 for 14: one digit of two agrees
+    close, = svc.score([(t, sample("print(8+2+5)"))])  # prints 15 for 14: one digit of two agrees
     assert close.components == {"outcome": 0.0, "partial": 0.5, "executes": 1.0}
     assert broken.components["executes"] == 0.0 and "nonzero_exit" in broken.reason and not broken.failed
     assert loop.reason == "program timeout" and not loop.failed
@@ -75,7 +104,36 @@ def test_program_output_runs_in_the_sandbox():
 
 
 def test_program_output_without_sandbox_is_a_failure_not_a_zero():
-    svc = RewardService(RewardConfig())
-    r, = svc.score([(task("program_output"), "print(1)")])
+    svc = service()
+    r, = svc.score([(task("program_output"), sample("print(1)"))])
     assert r.failed and "needs a sandbox" in r.reason
+    svc.close()
+
+
+def test_a_sampled_special_token_is_not_an_exact_answer():
+    """`0 5 2 <pad>` decodes to `052`: only the ids show the model never gave that answer."""
+    svc = service(RewardConfig(weights={"outcome": 1.0, "partial": 0.5}))
+    digits = TOKENIZER.encode("052")
+    padded = digits + [TOKENIZER.pad_id, TOKENIZER.eos_id]
+    inside = digits[:1] + [TOKENIZER.inner.token_to_id("<bos>")] + digits[1:] + [TOKENIZER.eos_id]
+    assert sample("", ids=padded).text == sample("", ids=inside).text == "052"  # what decoding hides
+    t = task(answer="052")
+    right, pad, bos, cut = svc.score([(t, sample("052")), (t, sample("", ids=padded)), (t, sample("", ids=inside)),
+                                      (t, sample("052", finish="length"))])
+    assert right.outcome == 1.0 and right.reason == "correct"
+    assert pad.outcome == 0.0 and pad.reason == "special token '<pad>' inside the answer" and not pad.failed
+    assert bos.outcome == 0.0 and "'<bos>'" in bos.reason
+    assert pad.components["partial"] == 3 / 8  # "052<pad>": the marker counts as wrong positions
+    # cut off at max_tokens: the model never ended its answer, so it is not the answer
+    assert cut.outcome == 0.0 and "did not end" in cut.reason
+    svc.close()
+
+
+def test_a_program_with_a_special_token_inside_is_not_run():
+    """`print(1<eos>+2)` decodes to a program that would run; it is not what the model wrote."""
+    svc = service(sandbox=UnisolatedSandbox())
+    ids = TOKENIZER.encode("print(1") + [TOKENIZER.eos_id] + TOKENIZER.encode("+2)") + [TOKENIZER.eos_id]
+    assert sample("", ids=ids).text == "print(1+2)"
+    r, = svc.score([(task("program_output", answer="3"), sample("", ids=ids))])
+    assert r.outcome == 0.0 and r.components["executes"] == 0.0 and "'<eos>'" in r.reason
     svc.close()

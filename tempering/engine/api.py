@@ -1,8 +1,11 @@
 """The OpenAI wire format for `tempering serve`: request bodies in, response bodies out.
 
-Parses and validates /v1/completions and /v1/chat/completions bodies into token ids and
+Parses and validates /v1/completions and /v1/chat/completions bodies into prompts and
 `SamplingParams` (`ApiError` with an HTTP status for anything wrong), and builds the JSON of
-responses and of streamed chunks. It holds no engine and does no I/O.
+responses and of streamed chunks. It holds no engine and does no I/O. As in vLLM, a completions
+text prompt is encoded by the engine with the tokenizer's special tokens (its BOS); chat messages
+become token ids here: rendered with the chat template, which writes its own BOS, and encoded
+without adding specials again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class ApiError(Exception):
 @dataclass
 class ApiRequest:
     chat: bool
-    prompts: list[Any]  # text or token-id lists; one entry per prompt
+    prompts: list[Any]  # text or token-id lists; one entry per prompt (chat: the rendered ids)
     params: SamplingParams
     stream: bool
     logprobs: bool
@@ -87,7 +90,7 @@ def _prompts(prompt: Any) -> list[Any]:
     raise ApiError(400, "prompt must be a non-empty string, a list of token ids, or a list of either")
 
 
-def _chat_prompt(messages: Any, tokenizer) -> str:
+def _chat_prompt(messages: Any, tokenizer) -> list[int]:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list")
     parsed = []
@@ -96,9 +99,10 @@ def _chat_prompt(messages: Any, tokenizer) -> str:
             raise ApiError(400, "each message needs a string role and a string content")
         parsed.append(Message(m["role"], m["content"]))
     if tokenizer.chat_template:
-        return tokenizer.render("", parsed)
-    # No template (tiny demo models): a plain transcript that ends where the assistant speaks.
-    return "".join(f"{m.role}: {m.content}\n" for m in parsed) + "assistant: "
+        return tokenizer.encode_prompt("", parsed)
+    # No template (tiny demo models): a plain transcript that ends where the assistant speaks,
+    # encoded as any plain prompt (with the BOS the tokenizer adds, as in training).
+    return tokenizer.encode_prompt("".join(f"{m.role}: {m.content}\n" for m in parsed) + "assistant: ")
 
 
 def _int(body: dict, key: str, default: int | None) -> int | None:

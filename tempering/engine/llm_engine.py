@@ -106,6 +106,8 @@ class LLM:
     # -- requests -------------------------------------------------------------------------------
     def generate(self, prompts: Seq[str] | Seq[Seq[int]],
                  params: SamplingParams | Seq[SamplingParams] = SamplingParams()) -> list[RequestOutput]:
+        """Text prompts are encoded as vLLM encodes them, the tokenizer's BOS included
+        (`Tokenizer.encode_prompt`); token-id prompts are taken as they are."""
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
@@ -262,7 +264,7 @@ class LLM:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: text prompts need a tokenizer; pass token ids instead")
-            ids = self.tokenizer.encode(prompt)
+            ids = self.tokenizer.encode_prompt(prompt)  # with its BOS, as vLLM encodes text prompts
         else:
             ids = [int(t) for t in prompt]
         if not ids:

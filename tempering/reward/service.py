@@ -1,4 +1,4 @@
-"""`RewardService`: score many (task, completion) pairs concurrently, each under a deadline.
+"""`RewardService`: score many (task, sample) pairs concurrently, each under a deadline.
 
 This is a fault boundary: a verifier that raises or runs past `reward.timeout_s` yields a
 `Reward` with `failed=True` and the reason, and the run goes on. Components are combined into
@@ -13,30 +13,31 @@ import time
 from typing import Sequence
 
 from tempering.config import RewardConfig
-from tempering.records import Reward, Task
-from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict
+from tempering.records import Reward, Task, Trajectory
+from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import Sandbox
+from tempering.tokenizer import Tokenizer
 
 
 class RewardService:
-    def __init__(self, cfg: RewardConfig, sandbox: Sandbox | None = None):
+    def __init__(self, cfg: RewardConfig, tokenizer: Tokenizer, sandbox: Sandbox | None = None):
         self.cfg = cfg
-        self.sandbox = sandbox
+        self.context = VerifierContext(tokenizer, sandbox)
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
 
-    def score(self, items: Sequence[tuple[Task, str]]) -> list[Reward]:
+    def score(self, items: Sequence[tuple[Task, Trajectory]]) -> list[Reward]:
         self._renew_pool_if_exhausted()
         started: dict[int, float] = {}
         lock = threading.Lock()
 
-        def call(i: int, task: Task, completion: str) -> Verdict:
+        def call(i: int, task: Task, sample: Trajectory) -> Verdict:
             with lock:
                 started[i] = time.monotonic()
             verifier = VERIFIERS.get(task.verifier)
             if verifier is None:
                 raise InfrastructureError(f"task {task.id}: unknown verifier {task.verifier!r}")
-            return verifier(task, completion, self.sandbox)
+            return verifier(task, sample, self.context)
 
         futures = [self._pool.submit(call, i, t, c) for i, (t, c) in enumerate(items)]
         rewards: list[Reward | None] = [None] * len(items)

@@ -1,9 +1,12 @@
-"""Verifiers: pure checks of one completion against a task's hidden answer, by name.
+"""Verifiers: pure checks of one sample against a task's hidden answer, by name.
 
-A verifier returns a `Verdict` (named components in [0, 1] and a reason). A wrong or malformed
-answer is a normal verdict with zero outcome; only a failure of the infrastructure (the sandbox
-could not run the program) raises `InfrastructureError`, which the service turns into a failed
-reward that is never trained on. Weighting the components is the service's job, not theirs.
+A verifier receives the sample itself (a `Trajectory`: token ids, finish reason, decoded text),
+not only its text: decoding skips special tokens, so `0 5 2 <pad>` reads as `052`, and only the
+ids show that the model never gave that answer. It returns a `Verdict` (named components in
+[0, 1] and a reason). A wrong or malformed answer is a normal verdict with zero outcome; only a
+failure of the infrastructure (the sandbox could not run the program) raises
+`InfrastructureError`, which the service turns into a failed reward that is never trained on.
+Weighting the components is the service's job, not theirs.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from tempering.records import ExecReason, Task
+from tempering.records import ExecReason, Task, Trajectory
 from tempering.sandbox import ExecRequest, Sandbox
+from tempering.tokenizer import Tokenizer
 
 
 class InfrastructureError(RuntimeError):
@@ -25,18 +29,55 @@ class Verdict:
     reason: str = ""
 
 
-Verifier = Callable[[Task, str, "Sandbox | None"], Verdict]
+@dataclass(frozen=True)
+class VerifierContext:
+    """What a verifier may use besides the task and the sample: the tokenizer that produced the
+    sample's ids, and the sandbox for running code (None when the task mix needs none)."""
+
+    tokenizer: Tokenizer
+    sandbox: Sandbox | None = None
 
 
-def exact_answer(task: Task, completion: str, sandbox: Sandbox | None = None) -> Verdict:
-    """The completion, stripped, must equal the answer; `partial` is the fraction of positions
-    that agree, which gives small models a gradient toward the exact answer."""
-    got, want = completion.strip(), task.answer
+Verifier = Callable[[Task, Trajectory, VerifierContext], Verdict]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A sample's answer as a verifier must read it: `text` spells out any special token the
+    model sampled inside it; `problem` says why it cannot count as given ("" when it can)."""
+
+    text: str
+    problem: str
+
+
+def read_answer(sample: Trajectory, ctx: VerifierContext) -> Answer:
+    """The completion up to its stop token. It counts only if the model ended it (finish reason
+    "stop", not cut off at max_tokens) and sampled no special token inside it."""
+    ids, special = list(sample.token_ids), ctx.tokenizer.special_ids
+    if sample.finish_reason == "stop" and ids and ids[-1] in special:
+        ids.pop()  # the eos (or stop token id) that ended it
+    inside = [t for t in ids if t in special]
+    if inside:
+        return Answer(ctx.tokenizer.decode(ids, skip_special_tokens=False),
+                      f"special token {ctx.tokenizer.token(inside[0])!r} inside the answer")
+    if sample.finish_reason != "stop":
+        return Answer(sample.text, f"the answer did not end (finish reason {sample.finish_reason!r})")
+    return Answer(sample.text, "")
+
+
+def exact_answer(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
+    """The answer, stripped, must equal the task's; `partial` is the fraction of positions that
+    agree, which gives small models a gradient toward the exact answer."""
+    answer = read_answer(sample, ctx)
+    got, want = answer.text.strip(), task.answer
     if not got:
         return Verdict({"outcome": 0.0, "partial": 0.0}, "empty answer")
+    partial = agreement(got, want)
+    if answer.problem:
+        return Verdict({"outcome": 0.0, "partial": partial}, answer.problem)
     if got == want:
         return Verdict({"outcome": 1.0, "partial": 1.0}, "correct")
-    return Verdict({"outcome": 0.0, "partial": agreement(got, want)}, "wrong answer")
+    return Verdict({"outcome": 0.0, "partial": partial}, "wrong answer")
 
 
 def agreement(got: str, want: str) -> float:
@@ -44,15 +85,19 @@ def agreement(got: str, want: str) -> float:
     return sum(a == b for a, b in zip(got, want)) / max(len(got), len(want), 1)
 
 
-def program_output(task: Task, completion: str, sandbox: Sandbox | None) -> Verdict:
-    """Run the completion as a Python program in the sandbox; its stdout must equal the answer.
-    `partial` is the positional agreement of the output with the answer, as for exact answers."""
-    if sandbox is None:
+def program_output(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
+    """Run the answer as a Python program in the sandbox; its stdout must equal the task's
+    answer. `partial` is the positional agreement of the output with the answer, as for exact
+    answers. An answer that cannot count (special tokens inside, cut off) is not run."""
+    if ctx.sandbox is None:
         raise InfrastructureError("program_output needs a sandbox and none was given")
-    program = completion.strip()
+    answer = read_answer(sample, ctx)
+    program = answer.text.strip()
     if not program:
         return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, "empty program")
-    result = sandbox.run(ExecRequest(
+    if answer.problem:
+        return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, answer.problem)
+    result = ctx.sandbox.run(ExecRequest(
         command=("python3", "-I", "-S", "main.py"), files={"main.py": program.encode()},
         time_limit_s=task.budget.time_limit_s, memory_mb=task.budget.memory_mb, output_limit_bytes=4096))
     if result.reason == ExecReason.SANDBOX_ERROR:
