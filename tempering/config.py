@@ -44,14 +44,22 @@ class RunConfig:
     seed: int = 0
     steps: int = 20  # RL optimizer steps
     checkpoint_every: int = 10  # steps; 0 = only at the end
+    # Wall-clock budget of one invocation (set-up, warm-up and evaluations included): the RL
+    # loop ends at the first step boundary past it, then the run finishes as after its last
+    # step (checkpoint, final evaluation, summary). 0 = no budget.
+    max_seconds: float = 0.0
     stall_timeout_s: float = 300.0  # any wait longer than this is a stall that names its component
-    threads: int = 0  # torch threads per process; 0 = leave torch's default
+    # torch threads per process (the trainer and the rollout worker); "auto" splits this
+    # machine's cores between them
+    threads: int | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         _require(self.steps >= 0, "run.steps", "an integer >= 0", self.steps)
         _require(self.checkpoint_every >= 0, "run.checkpoint_every", "an integer >= 0", self.checkpoint_every)
+        _require(self.max_seconds >= 0, "run.max_seconds", "a number >= 0 (0 = no budget)", self.max_seconds)
         _require(self.stall_timeout_s > 0, "run.stall_timeout_s", "a number > 0", self.stall_timeout_s)
-        _require(self.threads >= 0, "run.threads", "an integer >= 0", self.threads)
+        _require(self.threads == "auto" or (type(self.threads) is int and self.threads >= 1), "run.threads",
+                 "an integer >= 1 or 'auto'", self.threads)
         _require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.name) is not None, "run.name",
                  "a folder name of letters, digits, '.', '_' or '-' (not starting with '.')", self.name)
 
@@ -400,6 +408,13 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         raise ConfigError(str(e)) from None
 
 
+def _describe(tp: Any) -> str:
+    """What a value of type `tp` looks like, for error messages."""
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, "a table")
+
+
 def _convert(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -414,10 +429,19 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         items = [_convert(etp, v, f"{key}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            if arg is type(None) and value is None:
-                return None
-        return _convert(next(a for a in typing.get_args(tp) if a is not type(None)), value, key)
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if typing.get_origin(arg) is Literal:  # a choice among other types: check it here
+                if value in typing.get_args(arg):
+                    return value
+            elif arg is not type(None):
+                try:
+                    return _convert(arg, value, key)
+                except ConfigError:
+                    pass
+        _require(False, key, " or ".join(_describe(a) for a in args if a is not type(None)), value)
     if tp is bool:
         _require(isinstance(value, bool), key, "true or false", value)
     elif tp is int:

@@ -42,6 +42,10 @@ class TaskPool:
     def alphabet(self) -> str:
         return "".join(sorted({c for d in self.domains.values() for c in d.alphabet}))
 
+    @property
+    def needs_sandbox(self) -> bool:
+        return any(d.sandbox for d in self.domains.values())
+
     def next_tasks(self, k: int) -> list[Task]:
         names = list(self.domains)
         weights = [self.cfg.weights[n] for n in names]

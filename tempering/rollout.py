@@ -29,7 +29,7 @@ from tempering.weights import WeightStore
 def generate_trajectories(engine: LLM, tokenizer: Tokenizer, tasks: Sequence[Task],
                           params: SamplingParams) -> list[list[Trajectory]]:
     """n = params.n samples of each task; max_tokens is capped by each task's budget."""
-    prompts = [tokenizer.encode(tokenizer.render(t.prompt, t.messages)) for t in tasks]
+    prompts = [tokenizer.encode_prompt(t.prompt, t.messages) for t in tasks]
     per_task = [dataclasses.replace(params, max_tokens=min(params.max_tokens, t.budget.max_tokens)) for t in tasks]
     outputs = engine.generate(prompts, per_task)
     now = time.time()
@@ -47,7 +47,7 @@ def sample_groups(engine: LLM, tokenizer: Tokenizer, reward: RewardService, task
                   params: SamplingParams) -> list[Group]:
     samples = generate_trajectories(engine, tokenizer, tasks, params)
     flat = [(task, t) for task, group in zip(tasks, samples) for t in group]
-    rewards = reward.score([(task, t.text) for task, t in flat])
+    rewards = reward.score(flat)
     groups, k = [], 0
     for task, group in zip(tasks, samples):
         groups.append(Group(task=task, trajectories=group, rewards=rewards[k: k + len(group)]))
@@ -76,6 +76,7 @@ class RolloutSpec:
     first_batch: int  # batches produced before (a resumed run continues the count)
     threads: int
     stall_timeout_s: float
+    spawned_at: float  # time.monotonic() when the parent started the worker (the clock is system-wide)
 
 
 @dataclass
@@ -86,23 +87,24 @@ class RolloutBatch:
     generated_tokens: int
     seconds: float
     pass_rates: dict[str, float]
+    startup_s: float | None = None  # on the worker's first batch: from spawn to ready to generate
 
 
 def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue, stop: Any) -> None:
     """Admission under the staleness bound: batch b starts only once the trainer has published
     version b - max_staleness, so no sample can be born too stale; the buffer still checks."""
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
+    torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + spec.first_batch)
     tokenizer = load_tokenizer(spec.tokenizer_dir)
     engine = LLM(Decoder(spec.arch), tokenizer, spec.engine)
     engine.version = -1
     pool = TaskPool(spec.tasks, seed_offset=spec.first_batch)
-    sandbox = make_sandbox(spec.sandbox, spec.run_dir)
-    reward = RewardService(spec.reward, sandbox)
+    sandbox = make_sandbox(spec.sandbox, spec.run_dir) if pool.needs_sandbox else None
+    reward = RewardService(spec.reward, tokenizer, sandbox)
     r = spec.rollout
     params = SamplingParams(n=r.samples_per_task, temperature=r.temperature, top_p=r.top_p, max_tokens=r.max_tokens)
     index = spec.first_batch
+    startup_s: float | None = time.monotonic() - spec.spawned_at
     try:
         while _admitted(store, index - spec.max_staleness, stop, spec.stall_timeout_s):
             store.pull(engine)
@@ -111,13 +113,15 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
             for g in groups:
                 pool.record(g.task.domain, [x.outcome for x in g.rewards if not x.failed])
             batch = RolloutBatch(index, engine.version, groups, engine.stats["generated_tokens"] - before,
-                                 time.perf_counter() - start, pool.pass_rates())
+                                 time.perf_counter() - start, pool.pass_rates(), startup_s)
+            startup_s = None
             if not out.put(batch, spec.stall_timeout_s, "trainer (consuming rollout batches)", stop):
                 break
             index += 1
     finally:
         reward.close()
-        sandbox.close()
+        if sandbox is not None:
+            sandbox.close()
 
 
 def _admitted(store: WeightStore, version: int, stop: Any, timeout: float) -> bool:

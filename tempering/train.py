@@ -31,7 +31,7 @@ from tempering.pool import TaskPool
 from tempering.records import Group, Task
 from tempering.reward import RewardService
 from tempering.rollout import RolloutBatch, RolloutSpec, run_rollout_worker
-from tempering.runtime import LocalRuntime
+from tempering.runtime import LocalRuntime, StopRequest, threads_per_process
 from tempering.sandbox import Sandbox, make_sandbox
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
@@ -50,66 +50,85 @@ class Run:
     pool: TaskPool
     heldout: list[Task]  # drawn once: every evaluation scores the same tasks
     advantage: Advantage
-    sandbox: Sandbox
+    sandbox: Sandbox | None  # started only when a domain of the mix runs code
     reward: RewardService
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
+    started: float  # time.monotonic() when this invocation started
+    threads: int  # torch threads of each process
+
+    @property
+    def wall_seconds(self) -> float:
+        """Seconds of the run so far, earlier invocations (before a --resume) included."""
+        return self.state["wall_seconds"] + time.monotonic() - self.started
 
 
 def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
     started = time.monotonic()
-    run = prepare(cfg, resume)
-    try:
-        if run.state["baseline"] is None:
-            warm_up(run)
-            run.state["baseline"] = dataclasses.asdict(run_eval(run, "baseline"))
-        rl_loop(run, started)
-        final = run_eval(run, "final")
-        return finish(run, final, started)
-    finally:
-        run.reward.close()
-        run.sandbox.close()
+    with StopRequest(cfg.run.max_seconds, started) as stop:
+        run = prepare(cfg, resume, started)
+        try:
+            if run.state["baseline"] is None:
+                warm_up(run, stop)
+                run.state["baseline"] = dataclasses.asdict(run_eval(run, "baseline"))
+            if not stop.is_set():
+                rl_loop(run, stop)
+            checkpoint(run)
+            final = run_eval(run, "final")
+            return finish(run, final, stop.reason)
+        finally:
+            run.reward.close()
+            if run.sandbox is not None:
+                run.sandbox.close()
 
 
-def rl_loop(run: Run, started: float) -> None:
+def rl_loop(run: Run, stop: StopRequest) -> None:
+    """Until run.steps, or until `stop` (a signal or the time budget) at a step boundary."""
     cfg = run.cfg
     runtime = LocalRuntime()
     store = WeightStore(run.model, runtime.ctx)
     store.publish(run.model, run.state["version"])
-    queue, stop = runtime.queue(cfg.buffer.queue_size), runtime.event()
-    worker = runtime.spawn("rollout", run_rollout_worker, rollout_spec(run), store, queue, stop)
+    queue, worker_stop = runtime.queue(cfg.buffer.queue_size), runtime.event()
+    worker = runtime.spawn("rollout", run_rollout_worker, rollout_spec(run), store, queue, worker_stop)
     lineage = LineageStore(run.dir / "samples.jsonl")
     buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
     try:
-        while run.state["step"] < cfg.run.steps:
+        while run.state["step"] < cfg.run.steps and not stop.is_set():
             tick = time.perf_counter()
-            rollout: RolloutBatch = queue.get(cfg.run.stall_timeout_s, "rollout worker", [worker])
+            rollout: RolloutBatch | None = queue.get(cfg.run.stall_timeout_s, "rollout worker", [worker], stop)
+            if rollout is None:
+                break
             waited = time.perf_counter() - tick
             batch, groups, acct = buffer.make_batch(rollout.groups, run.state["version"], run.state["step"])
             stats = run.trainer.rl_step(batch) if batch is not None else None
             run.state["step"] += 1
             run.state["version"] += 1
             store.publish(run.model, run.state["version"])
-            metrics.log(run.state["step"], step_record(run, rollout, groups, acct, stats, tick, waited))
-            if cfg.run.checkpoint_every and run.state["step"] % cfg.run.checkpoint_every == 0:
-                checkpoint(run, started)
-            if cfg.eval.every and run.state["step"] % cfg.eval.every == 0 and run.state["step"] < cfg.run.steps:
-                result = run_eval(run, f"step-{run.state['step']:06d}")
-                metrics.log_eval(run.state["step"], result.accuracy, result.per_domain)
+            timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": rollout.seconds}
+            if rollout.startup_s is not None:
+                timings["worker_startup"] = rollout.startup_s
+            step = run.state["step"]
+            if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
+                timings["checkpoint"] = timed(checkpoint, run)
+            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
+                t0 = time.perf_counter()
+                result = run_eval(run, f"step-{step:06d}")
+                timings["eval"] = time.perf_counter() - t0
+                metrics.log_eval(step, result.accuracy, result.per_domain)
+            metrics.log(step, step_record(run, rollout, groups, acct, stats, timings))
     finally:
-        stop.set()
+        worker_stop.set()
         queue.drain()
         worker.join(timeout=10)
         metrics.close()
         lineage.close()
-    checkpoint(run, started)
 
 
 # ---------------------------------------------------------------------------------------------
 # Setting up
 
 
-def prepare(cfg: Config, resume: bool) -> Run:
+def prepare(cfg: Config, resume: bool, started: float) -> Run:
     run_dir = cfg.run_dir
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
@@ -118,8 +137,8 @@ def prepare(cfg: Config, resume: bool) -> Run:
         raise ValueError(f"{run_dir} already holds a run; pick another --run.name or pass --resume")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
+    threads = threads_per_process(cfg.run.threads, processes=2)  # the trainer and the rollout worker
+    torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
     pool = TaskPool(cfg.tasks)
     state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
@@ -138,9 +157,9 @@ def prepare(cfg: Config, resume: bool) -> Run:
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
     advantage = get_advantage(cfg.algorithm.advantage)  # a typo fails here, not after SFT and evaluation
-    sandbox = make_sandbox(cfg.sandbox, run_dir)
+    sandbox = make_sandbox(cfg.sandbox, run_dir) if pool.needs_sandbox else None
     return Run(cfg, run_dir, tokenizer, model, trainer, pool, pool.heldout(), advantage, sandbox,
-               RewardService(cfg.reward, sandbox), state)
+               RewardService(cfg.reward, tokenizer, sandbox), state, started, threads)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
@@ -171,15 +190,15 @@ def rollout_spec(run: Run) -> RolloutSpec:
     return RolloutSpec(
         arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine,
         sandbox=cfg.sandbox, tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
-        seed=cfg.run.seed, first_batch=run.state["step"], threads=cfg.run.threads,
-        stall_timeout_s=cfg.run.stall_timeout_s)
+        seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
+        stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.monotonic())
 
 
 # ---------------------------------------------------------------------------------------------
 # Phases around the loop
 
 
-def warm_up(run: Run) -> None:
+def warm_up(run: Run, stop: StopRequest) -> None:
     sft = run.cfg.sft
     if sft.steps == 0:
         return
@@ -193,8 +212,10 @@ def warm_up(run: Run) -> None:
             bar.update(1)
             bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
-        sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size, run.cfg.run.seed,
-                   on_step)
+        done = sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size,
+                          run.cfg.run.seed, on_step, stop.is_set)
+    if done < sft.steps:
+        print(f"[tempering] warm-up ended after {done} of {sft.steps} SFT steps ({stop.reason})", flush=True)
 
 
 def run_eval(run: Run, label: str) -> EvalResult:
@@ -208,17 +229,26 @@ def run_eval(run: Run, label: str) -> EvalResult:
     return result
 
 
-def checkpoint(run: Run, started: float) -> None:
-    state = {**run.state, "wall_seconds": run.state["wall_seconds"] + time.monotonic() - started}
-    save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(), state)
+def checkpoint(run: Run) -> None:
+    save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(),
+                    {**run.state, "wall_seconds": run.wall_seconds})
 
 
-def finish(run: Run, final: EvalResult, started: float) -> dict[str, Any]:
+def timed(fn, *args) -> float:
+    """Seconds `fn(*args)` took."""
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def finish(run: Run, final: EvalResult, stopped: str) -> dict[str, Any]:
     baseline = run.state["baseline"]
     summary = {
         "baseline_accuracy": baseline["accuracy"], "final_accuracy": final.accuracy,
         "baseline_per_domain": baseline["per_domain"], "final_per_domain": final.per_domain,
-        "steps": run.state["step"], "wall_seconds": run.state["wall_seconds"] + time.monotonic() - started,
+        "steps": run.state["step"], "wall_seconds": run.wall_seconds,
+        # why the run ended before run.steps: "SIGINT", "SIGTERM" or "run.max_seconds"
+        "stopped": stopped or None,
         "samples": sample_fates(run.dir / "samples.jsonl"), "run_dir": str(run.dir),
     }
     if run.cfg.metrics.plot and (run.dir / "metrics.jsonl").exists():
@@ -237,7 +267,7 @@ def sample_fates(path: Path) -> dict[str, int]:
 
 
 def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Accounting,
-                stats: StepStats | None, tick: float, waited: float) -> dict[str, Any]:
+                stats: StepStats | None, seconds: dict[str, float]) -> dict[str, Any]:
     by_domain: dict[str, list[float]] = defaultdict(list)
     solved: dict[str, list[float]] = defaultdict(list)
     for g in rollout.groups:
@@ -247,6 +277,7 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
     version = run.state["version"] - 1  # the version this step trained from
     staleness = [version - t.oldest_version for g in groups for t in g.trajectories]
     return {
+        "time": time.time(), "elapsed_s": run.wall_seconds,  # wall clock; elapsed counts earlier invocations
         "version": run.state["version"],
         "reward": {"mean": sum(everything) / max(len(everything), 1),
                    "domain": {d: sum(v) / len(v) for d, v in by_domain.items() if v}},
@@ -256,6 +287,7 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
         "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()}},
-        # Where a step's time goes: a trainer that mostly waits is rollout-bound.
-        "seconds": {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": rollout.seconds},
+        # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's
+        # start-up (first step), checkpoint writes and held-out evaluations are timed apart.
+        "seconds": seconds,
     }

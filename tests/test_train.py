@@ -95,3 +95,98 @@ def test_rewind_drops_torn_lines_and_rows_after_the_checkpoint(tmp_path):
     log.write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"st')
     rewind_jsonl(log, lambda row: row["step"] <= 2)
     assert log.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+def _fates(run):
+    return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+
+
+def _ends_cleanly(run, stopped):
+    """What a run stopped early must leave: a checkpoint at its last step, the final evaluation,
+    and a summary that says why it stopped."""
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stopped"] == stopped
+    latest = (run / "checkpoints" / "latest").read_text()
+    assert latest == f"step-{summary['steps']:06d}"
+    assert (run / "eval_final.json").exists()
+    return summary
+
+
+def test_max_seconds_ends_the_run_cleanly_and_resume_continues(tmp_path):
+    args = cli(tmp_path, "--run.name=budget", "--run.checkpoint_every=0")
+    r = subprocess.run([*args, "--run.steps=100000", "--run.max_seconds=25"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "budget"
+    summary = _ends_cleanly(run, "run.max_seconds")
+    done = summary["steps"]
+    assert done < 100000
+    r = subprocess.run([*args, "--resume", f"--run.steps={done + 2}"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == done + 2 and summary["stopped"] is None
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == list(range(1, done + 3))
+    # wall clock in every row; elapsed run time counts the first invocation too
+    assert all(row["time"] > 1e9 for row in rows)
+    assert rows[-1]["elapsed_s"] > 25
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_run_ends_it_cleanly_and_resume_continues(tmp_path, sig):
+    """SIGTERM (a scheduler) or SIGINT (Ctrl-C) to the whole process group: the run finishes with
+    a checkpoint, the final evaluation and its summary. SIGINT is sent to a run that inherited it
+    ignored, as one started in the background of a non-interactive shell does."""
+    args = cli(tmp_path, "--run.name=sig", "--run.checkpoint_every=0")
+    inherit_ignored = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sig == signal.SIGINT else None
+    proc = subprocess.Popen([*args, "--run.steps=100000"], cwd=ROOT, start_new_session=True,
+                            preexec_fn=inherit_ignored, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    metrics = tmp_path / "sig" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "no RL steps appeared"
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)  # every process of the run, as a terminal or a scheduler does
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert "Traceback" not in err.decode()
+    run = tmp_path / "sig"
+    summary = _ends_cleanly(run, sig.name)
+    done = summary["steps"]
+    assert done >= 3
+    # the demo mix runs code: the sandbox kept working through the signal (no infrastructure failures)
+    assert json.loads((run / "eval_final.json").read_text())["failed"] == 0
+    printed = out.decode()
+    assert json.loads(printed[printed.index("\n{\n"):])["stopped"] == sig.name  # the summary, printed last
+    r = subprocess.run([*args, "--resume", f"--run.steps={done + 1}"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == done + 1
+    assert {f["step"] for f in _fates(run)} == set(range(done + 1))
+
+
+def test_a_text_only_run_starts_no_sandbox(tmp_path):
+    """sorting and strings run no code: a bwrap that cannot start would fail a run that
+    starts the sandbox anyway."""
+    r = subprocess.run(cli(tmp_path, "--run.name=text", "--run.steps=2", "--sandbox.bwrap=/nonexistent/bwrap",
+                           "--tasks.weights={sorting = 1.0, strings = 1.0}"),
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (tmp_path / "text" / "sandbox.jsonl").exists()
+    # the same mix with the code domain does start it, and says what is missing
+    r = subprocess.run(cli(tmp_path, "--run.name=code", "--run.steps=2", "--sandbox.bwrap=/nonexistent/bwrap"),
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2 and "/nonexistent/bwrap" in r.stderr
+
+
+def test_oversubscribed_threads_are_warned_about(tmp_path):
+    import os as _os
+
+    cores = len(_os.sched_getaffinity(0))
+    r = subprocess.run(cli(tmp_path, "--run.name=threads", "--run.steps=1", f"--run.threads={cores}",
+                           "--tasks.weights={sorting = 1.0}"),
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"run.threads = {cores} in each of 2 processes asks for {2 * cores} threads on {cores} cores" in r.stderr

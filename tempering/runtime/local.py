@@ -8,7 +8,10 @@ dies or raises is reported with its traceback at the next wait, never as a silen
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import sys
 import time
 import traceback
 from typing import Any, Callable, Sequence
@@ -47,7 +50,7 @@ class Worker:
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
         if self.process.is_alive():
-            self.process.terminate()
+            self.process.kill()  # workers ignore SIGTERM (see _entry)
             self.process.join(5)
 
 
@@ -68,12 +71,15 @@ class BoundedQueue:
                 if time.monotonic() > deadline:
                     raise Stall(f"{component}: queue stayed full for {timeout:g} s") from None
 
-    def get(self, timeout: float, component: str, workers: Sequence[Worker] = ()) -> Any:
+    def get(self, timeout: float, component: str, workers: Sequence[Worker] = (), stop: Any = None) -> Any:
+        """The next item; None if `stop` was set meanwhile."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 return self._q.get(timeout=0.2)
             except queue.Empty:
+                if stop is not None and stop.is_set():
+                    return None
                 for w in workers:
                     w.check()
                 if time.monotonic() > deadline:
@@ -104,7 +110,25 @@ class LocalRuntime:
         return Worker(name, process, errors)
 
 
+def threads_per_process(setting: int | str, processes: int) -> int:
+    """torch threads for each of `processes` processes sharing this machine's cores: "auto" gives
+    each an equal share (at least one); an explicit count that asks for more threads than there
+    are cores is kept, with a warning, since the processes then slow each other down."""
+    cores = len(os.sched_getaffinity(0))
+    if setting == "auto":
+        return max(1, cores // processes)
+    if setting * processes > cores:
+        print(f"[tempering] warning: run.threads = {setting} in each of {processes} processes asks for "
+              f"{setting * processes} threads on {cores} cores; they will contend and slow each other down "
+              f"(run.threads = 'auto' splits the cores)", file=sys.stderr, flush=True)
+    return setting
+
+
 def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> None:
+    # The parent decides how a run ends (runtime.stop): a Ctrl-C sent to the whole process
+    # group, or a scheduler's SIGTERM to every process, must not kill a worker mid-batch.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     try:
         target(*args)
     except BaseException as e:  # noqa: BLE001 - report everything to the parent, then exit non-zero

@@ -60,7 +60,10 @@ class Zygote:
                 [a.replace("{fd}", str(guest_end.fileno())) for a in argv],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errlog,
                 pass_fds=[guest_end.fileno()], close_fds=True, env={"PATH": os.defpath},
-                **as_host_user(run_as))
+                # Its own process group: a Ctrl-C or a scheduler's SIGTERM to the run's group is the
+                # run's to handle (it finishes cleanly, using its warm sandboxes); the sandbox ends
+                # when the host closes it, or when the host dies and the control socket closes.
+                process_group=0, **as_host_user(run_as))
         except OSError as e:
             host_end.close()
             errlog.close()

@@ -20,4 +20,5 @@ def _make(rng: random.Random) -> Task:
                 budget=Budget(max_tokens=20, time_limit_s=5.0, memory_mb=128))
 
 
-DOMAIN = Domain("code", "a Python program printing the digit sum of a number", "0123456789+:py digtsumrn()", _make)
+DOMAIN = Domain("code", "a Python program printing the digit sum of a number", "0123456789+:py digtsumrn()", _make,
+                sandbox=True)

@@ -13,12 +13,14 @@ from tempering.records import Task
 class Domain:
     """A family of tasks. `make(rng)` returns a fresh task (its id is assigned by the pool);
     `alphabet` lists every character prompts, answers and references use, so a character
-    tokenizer built from the mix can spell them all."""
+    tokenizer built from the mix can spell them all. `sandbox` says whether its verifier runs
+    code: a run starts the sandbox only when some domain of its mix needs it."""
 
     name: str
     description: str
     alphabet: str
     make: Callable[[random.Random], Task]
+    sandbox: bool = False
 
 
 def _load() -> dict[str, Domain]:

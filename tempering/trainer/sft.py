@@ -16,12 +16,13 @@ from tempering.trainer.step import StepStats, Trainer
 
 
 def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task]) -> Batch:
-    """Each task's prompt + reference + eos, packed like RL samples (loss on reference and eos)."""
+    """Each task's prompt + reference + eos, packed like RL samples (loss on reference and eos).
+    The prompt ids are the rollout's (`encode_prompt`, BOS included where the tokenizer adds one)."""
     rows = []
     for i, t in enumerate(tasks):
         target = tokenizer.encode(t.reference or "") + [tokenizer.eos_id]
         sample = Trajectory(task_id=t.id, domain=t.domain, sample_index=0,
-                            prompt_ids=tokenizer.encode(tokenizer.render(t.prompt, t.messages)), token_ids=target,
+                            prompt_ids=tokenizer.encode_prompt(t.prompt, t.messages), token_ids=target,
                             logprobs=[0.0] * len(target), loss_mask=[1] * len(target), versions=[-1] * len(target),
                             text=t.reference or "", finish_reason="stop")
         rows.append((sample, 0.0, i))
@@ -29,11 +30,16 @@ def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task]) -> Batch:
 
 
 def sft_warmup(trainer: Trainer, tokenizer: Tokenizer, examples: Sequence[Task], steps: int, batch_size: int,
-               seed: int, on_step: Callable[[int, StepStats], None] | None = None) -> None:
+               seed: int, on_step: Callable[[int, StepStats], None] | None = None,
+               stop: Callable[[], bool] = lambda: False) -> int:
+    """`steps` SFT steps, or fewer once `stop()` is true. -> the steps taken"""
     if not examples:
         raise ValueError("sft.steps > 0 but the task mix has no reference completions to learn from")
     rng, examples = random.Random(seed), list(examples)
     for step in range(steps):
+        if stop():
+            return step
         stats = trainer.sft_step(sft_batch(tokenizer, rng.sample(examples, min(batch_size, len(examples)))))
         if on_step is not None:
             on_step(step, stats)
+    return steps
