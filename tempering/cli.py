@@ -1,7 +1,8 @@
 """The `tempering` command: train | serve | generate | tasks | sandbox.
 
-Bad input (config, paths, unknown names) is reported as one `error:` line and exit status 2,
-never a traceback. Each subcommand builds what it needs and calls into the package.
+Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
+status 2, never a traceback; any other exception is a bug and shows its traceback. Each
+subcommand builds what it needs and calls into the package.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import argparse
 import json
 import sys
 
-from tempering.config import ConfigError, load_config
+from tempering.config import load_config
+from tempering.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,22 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.handler(args, rest)
-    except (ConfigError, ValueError, FileNotFoundError) as e:
+    except UserError as e:  # input to fix, said in one line; anything else is a bug: its traceback shows
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
 def _train(args: argparse.Namespace, overrides: list[str]) -> int:
     from tempering.runtime import Stall, WorkerFailed
-    from tempering.sandbox.factory import SandboxUnavailable
     from tempering.train import train
 
     cfg = load_config(args.config, overrides)
     try:
         summary = train(cfg, resume=args.resume)
-    except SandboxUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except WorkerFailed as e:
         print(f"error: {e}" if e.bad_input else f"error: {e}\n{e.traceback}", file=sys.stderr)
         return 2 if e.bad_input else 1

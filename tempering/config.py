@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tempering.errors import UserError
 
-class ConfigError(ValueError):
+
+class ConfigError(UserError):
     """A config value that cannot be used; the message names source, key and expectation."""
 
 
@@ -161,6 +163,9 @@ class SandboxConfig:
     bwrap: str = "bwrap"  # the bubblewrap executable, a name on PATH or a path
     guest_python: str = "/usr/bin/python3"  # runs the sandbox's zygote (stdlib only)
     ro_paths: tuple[str, ...] = ()  # extra host paths visible read-only inside, e.g. a venv
+    # The read-only toolchain sessions see at /opt/toolchain (pytest, installer shims; built by
+    # scripts/setup.sh): "auto" = <repository>/.toolchain when built, "" = none, or a folder.
+    toolchain: str = "auto"
 
     def __post_init__(self) -> None:
         _require_choices(self, "sandbox")
@@ -209,9 +214,14 @@ class RolloutConfig:
     samples_per_task: int = 8  # n, the group size
     temperature: float = 1.0
     top_p: float = 1.0
-    max_tokens: int = 32
+    max_tokens: int = 32  # model tokens of one sample, over all the turns of its episode
+    # how tool calls are written: "hermes" (JSON in <tool_call> tags, for chat templates of
+    # Qwen2.5/Hermes models), "compact" (`$tool argument`, for the demo's character model);
+    # "auto" picks hermes when the tokenizer has a chat template
+    tool_parser: Literal["auto", "hermes", "compact"] = "auto"
 
     def __post_init__(self) -> None:
+        _require_choices(self, "rollout")
         _require(self.tasks_per_step > 0, "rollout.tasks_per_step", "an integer > 0", self.tasks_per_step)
         _require(self.samples_per_task > 0, "rollout.samples_per_task", "an integer > 0", self.samples_per_task)
         _require(self.temperature > 0, "rollout.temperature", "a number > 0 (use eval for greedy)",
@@ -226,6 +236,8 @@ class RewardConfig:
     workers: int = 4  # keep <= sandbox.workers: code verifiers beyond the warm pool start cold
     # total = sum of weight x component; components without a weight are logged, not rewarded
     weights: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0, "partial": 0.5, "executes": 0.25})
+    # a domain's own weights, over `weights`: e.g. { terminal = { outcome = 1.0, valid_calls = 0.1 } }
+    domain_weights: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _require(self.timeout_s > 0, "reward.timeout_s", "a number > 0", self.timeout_s)

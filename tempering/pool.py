@@ -19,7 +19,9 @@ from tempering.tasks import get_domain
 
 
 def _digest(task: Task) -> str:
-    return hashlib.sha1(f"{task.domain}|{task.prompt}".encode()).hexdigest()
+    # The environment is part of a task's identity: one prompt can name different workspaces.
+    env = f"|{task.environment}" if task.environment is not None else ""
+    return hashlib.sha1(f"{task.domain}|{task.prompt}{env}".encode()).hexdigest()
 
 
 def is_heldout(task: Task) -> bool:

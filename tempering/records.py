@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -22,18 +22,35 @@ class Message:
 
 @dataclass(frozen=True)
 class Budget:
-    """Per-task limits: how long the model may talk and what one sandbox execution may use."""
+    """Per-task limits. An episode ends when it has used `max_turns` model turns or
+    `max_tokens` model tokens (over all its turns), or after `wall_s` seconds; each sandbox
+    command gets `time_limit_s` and `memory_mb`, and all of them together `cpu_s` CPU seconds."""
 
     max_turns: int = 1
     max_tokens: int = 64
     time_limit_s: float = 5.0
     memory_mb: int = 256
+    wall_s: float = 300.0
+    cpu_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a task's episode acts: a workspace, given by reference. `files` holds small
+    inline files (workdir-relative name -> text); `folder` a Harbor-format task folder whose
+    environment is interpreted at set-up. The workspace appears at `workdir` in the sandbox."""
+
+    workdir: str = "/workspace"
+    files: tuple[tuple[str, str], ...] = ()
+    folder: str = ""
 
 
 @dataclass(frozen=True)
 class Task:
     """One checkable problem. `answer` is what the verifier checks against (hidden from the
-    model); `reference` is a known-good completion used for SFT warm-up, when one exists."""
+    model); `reference` is a known-good completion used for SFT warm-up, when one exists: the
+    text of each assistant turn when the task is an episode of several. `tools` are the tools
+    its episodes may call, `environment` the workspace they act on."""
 
     id: str
     domain: str
@@ -42,10 +59,13 @@ class Task:
     answer: str
     messages: tuple[Message, ...] = ()
     tools: tuple[str, ...] = ()
-    priority: float = 1.0
+    environment: Environment | None = None
     budget: Budget = field(default_factory=Budget)
-    reference: str | None = None
-    metadata: Mapping[str, str] = field(default_factory=dict)
+    reference: str | tuple[str, ...] | None = None
+
+    @property
+    def reference_turns(self) -> tuple[str, ...]:
+        return (self.reference,) if isinstance(self.reference, str) else tuple(self.reference or ())
 
 
 class ExecReason(str, enum.Enum):
@@ -56,6 +76,7 @@ class ExecReason(str, enum.Enum):
     OUTPUT_LIMIT = "output_limit"
     KILLED = "killed"
     SANDBOX_ERROR = "sandbox_error"
+    BUDGET = "budget"  # refused without running: the sandbox session's budget is spent
 
 
 @dataclass(frozen=True)
@@ -73,7 +94,8 @@ class ExecResult:
     peak_memory_mb: float = 0.0
     start: str = "cold"  # "cold" | "warm"
     files: Mapping[str, bytes] = field(default_factory=dict)
-    error: str = ""  # sandbox_error detail
+    error: str = ""  # sandbox_error detail; for a session, also why its workspace was not kept
+    archives: Mapping[str, bytes] = field(default_factory=dict)  # collected mounts: path -> tar archive
 
     @property
     def ok(self) -> bool:
@@ -82,19 +104,33 @@ class ExecResult:
 
 @dataclass(frozen=True)
 class ToolCall:
+    """A tool call parsed from a model turn. `error` says why it was not carried out (malformed,
+    unknown tool, bad arguments, budget spent): the model reads that as the observation. `result`
+    is the sandbox execution when the tool ran a command."""
+
     name: str
-    arguments: str
+    arguments: Mapping[str, Any]
+    output: str = ""  # what the tool returned to the model (before rendering)
+    error: str = ""
+    # what kind of error, for the metrics: "malformed", "unknown_tool", "bad_arguments" (the
+    # model's call could not be made) or "tool" (the tool could not do it: no such file, ...)
+    error_kind: str = ""
     result: ExecResult | None = None
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.error) or (self.result is not None and not self.result.ok)
 
 
 @dataclass(frozen=True)
 class Turn:
-    """One segment of a trajectory's completion: `[start, end)` indexes into its token arrays."""
+    """One segment of a trajectory's completion: `[start, end)` indexes into its token arrays.
+    An assistant turn may make tool calls; the tool turn after it holds their results."""
 
-    role: str  # "model" | "tool"
+    role: str  # "assistant" | "tool"
     start: int
     end: int
-    tool_call: ToolCall | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 @dataclass
@@ -103,6 +139,10 @@ class Trajectory:
 
     Completion arrays are aligned: model tokens have loss_mask 1, their sampling logprob and the
     policy version that produced them; tool-output tokens have loss_mask 0, logprob 0, version -1.
+    `turns` segments the completion when the episode had more than one turn (empty otherwise).
+    `finish_reason`: "stop" (the model ended), "length" (its token budget), "abort", and for
+    episodes "max_turns", "context" (the next turn would not fit the context), "timeout"
+    (its wall-clock budget).
     """
 
     task_id: str
@@ -114,7 +154,7 @@ class Trajectory:
     loss_mask: list[int]
     versions: list[int]
     text: str
-    finish_reason: str  # "stop" | "length" | "abort"
+    finish_reason: str
     turns: list[Turn] = field(default_factory=list)
     created_at: float = 0.0
 
@@ -132,6 +172,16 @@ class Trajectory:
     @property
     def num_model_tokens(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [c for t in self.turns for c in t.tool_calls]
+
+    @property
+    def answer_ids(self) -> list[int]:
+        """The ids of the last assistant turn (the whole completion for a single turn)."""
+        last = next((t for t in reversed(self.turns) if t.role == "assistant"), None)
+        return self.token_ids if last is None else self.token_ids[last.start: last.end]
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,15 @@ with two BOS: a text that already begins with it gets none added. `encode` is th
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
 import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
+from tempering.errors import UserError
 from tempering.records import Message
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
@@ -53,12 +56,12 @@ class Tokenizer:
         """The raw encoding, no special tokens added (references, targets, stop strings)."""
         return self.inner.encode(text, add_special_tokens=False).ids
 
-    def encode_prompt(self, prompt: str, messages: Sequence[Message] = ()) -> list[int]:
+    def encode_prompt(self, prompt: str, messages: Sequence[Message] = (), tools: list[dict] | None = None) -> list[int]:
         """The prompt's ids as `transformers` gives them: `AutoTokenizer(prompt).input_ids` for a
         plain prompt (or messages without a chat template), `apply_chat_template(messages,
         add_generation_prompt=True, tokenize=True)` for messages; never two BOS at the start."""
         if messages and self.chat_template:
-            return self.encode(self.render(prompt, messages))  # the template writes any BOS itself
+            return self.encode(self.render(prompt, messages, tools))  # the template writes any BOS itself
         ids = self.inner.encode(prompt, add_special_tokens=True).ids
         n = len(self.prefix_ids)
         if self.add_bos_token and ids[n: n + 1] == [self.bos_id]:
@@ -79,21 +82,32 @@ class Tokenizer:
     def token(self, token_id: int) -> str:
         return self.inner.id_to_token(token_id)
 
-    def render(self, prompt: str, messages: Sequence[Message] = ()) -> str:
+    def render(self, prompt: str, messages: Sequence[Message] = (), tools: list[dict] | None = None) -> str:
         """The text the model sees: the chat template over `messages` when both exist, else the
-        plain prompt (the demo's tiny models are trained on plain text)."""
+        plain prompt (the demo's tiny models are trained on plain text). `tools`: function
+        definitions the template prints (Qwen2.5 / Hermes templates list them in the system turn)."""
         if not messages or not self.chat_template:
             return prompt
+        return self.render_chat(messages, add_generation_prompt=True, tools=tools)
+
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool,
+                    tools: list[dict] | None = None) -> str:
+        """The chat template over `messages` (it must have one)."""
         return self._template().render(
-            messages=[{"role": m.role, "content": m.content} for m in messages],
-            add_generation_prompt=True, bos_token=self.bos_token or "", eos_token=self.eos_token,
+            messages=[{"role": m.role, "content": m.content} for m in messages], tools=tools,
+            add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "", eos_token=self.eos_token,
         )
 
     def _template(self) -> jinja2.Template:
         # Compiled once per template: rendering happens for every prompt of every rollout.
         if self._compiled is None or self._compiled[0] != self.chat_template:
-            env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+            # As transformers renders them: a sandbox (templates come with model folders), loop
+            # controls, undefined attributes falsy (`message.tool_calls`), and its tojson, which
+            # does not escape HTML characters as Jinja's own does.
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+            env.filters["tojson"] = _tojson
             env.globals["raise_exception"] = _raise
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
             self._compiled = (self.chat_template, env.from_string(self.chat_template))
         return self._compiled[1]
 
@@ -113,14 +127,18 @@ class Tokenizer:
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def _raise(message: str):
-    raise ValueError(f"chat template: {message}")
+    raise UserError(f"chat template: {message}")
 
 
 def _token_id(inner: HFTokenizer, token: str) -> int:
     tid = inner.token_to_id(token)
     if tid is None:
-        raise ValueError(f"tokenizer has no token {token!r}")
+        raise UserError(f"tokenizer has no token {token!r}")
     return tid
 
 
@@ -157,16 +175,16 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     path = Path(path)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise ValueError(f"{path}: no tokenizer.json found")
+        raise UserError(f"{path}: no tokenizer.json found")
     try:
         inner = HFTokenizer.from_file(str(file))
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exception on bad files
-        raise ValueError(f"{file}: not a readable tokenizer.json ({e})") from None
+        raise UserError(f"{file}: not a readable tokenizer.json ({e})") from None
     cfg_file = file.parent / "tokenizer_config.json"
     try:
         cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
     except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_file}: not valid JSON ({e})") from None
+        raise UserError(f"{cfg_file}: not valid JSON ({e})") from None
     eos = _token_text(cfg.get("eos_token")) or _guess_eos(inner, file)
     return Tokenizer(inner, eos_token=eos, pad_token=_token_text(cfg.get("pad_token")),
                      chat_template=cfg.get("chat_template"), bos_token=_token_text(cfg.get("bos_token")))
@@ -181,4 +199,4 @@ def _guess_eos(inner: HFTokenizer, file: Path) -> str:
     for candidate in ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>"):
         if inner.token_to_id(candidate) is not None:
             return candidate
-    raise ValueError(f"{file}: cannot tell the end-of-sequence token; add eos_token to tokenizer_config.json")
+    raise UserError(f"{file}: cannot tell the end-of-sequence token; add eos_token to tokenizer_config.json")

@@ -1,9 +1,11 @@
 """`train`: builds the components from the config and runs the post-training loop.
 
-Read top to bottom: prepare the run (or resume it), SFT warm-up and a baseline evaluation, the
-RL loop (a rollout worker process feeds scored groups through a bounded queue; the trainer
-filters them by staleness, steps, and publishes the next weight version), a final evaluation,
-and the summary. This module wires components together; it implements none of them.
+Read top to bottom: prepare the run (or resume it), SFT warm-up, then with the rollout worker
+running: a baseline evaluation, the RL loop (the worker feeds scored groups through a bounded
+queue; the trainer filters them by staleness, steps, and publishes the next weight version), a
+checkpoint and a final evaluation; then the summary. The worker runs the evaluations too, so the
+trainer process builds no engine and no sandbox. This module wires components together; it
+implements none of them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,25 +21,23 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from tempering.errors import UserError
+from tempering.agent.format import tool_format
 from tempering.algorithms import get_advantage
 from tempering.algorithms.advantages import Advantage
 from tempering.buffer import Accounting, Buffer, LineageStore
-from tempering.config import Config, ModelConfig, TokenizerConfig, to_dict
-from tempering.engine import LLM
-from tempering.evaluation import EvalResult, evaluate
+from tempering.config import Config, ConfigError, ModelConfig, TokenizerConfig, to_dict
+from tempering.evaluation import EvalResult
 from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
-from tempering.records import Group, Task
-from tempering.reward import RewardService
-from tempering.rollout import RolloutBatch, RolloutSpec, run_rollout_worker
-from tempering.runtime import LocalRuntime, StopRequest, threads_per_process
-from tempering.sandbox import Sandbox, make_sandbox
+from tempering.records import Group
+from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
+from tempering.runtime import StopRequest, threads_per_process
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tempering.trainer.sft import sft_warmup
-from tempering.weights import WeightStore
 
 
 @dataclass
@@ -48,10 +48,7 @@ class Run:
     model: Decoder
     trainer: Trainer
     pool: TaskPool
-    heldout: list[Task]  # drawn once: every evaluation scores the same tasks
     advantage: Advantage
-    sandbox: Sandbox | None  # started only when a domain of the mix runs code
-    reward: RewardService
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
     started: float  # time.monotonic() when this invocation started
     threads: int  # torch threads of each process
@@ -66,60 +63,49 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     with StopRequest(cfg.run.max_seconds, started) as stop:
         run = prepare(cfg, resume, started)
-        try:
+        if run.state["baseline"] is None:
+            warm_up(run, stop)
+        with RolloutService(rollout_spec(run), run.model, run.state["version"], cfg.buffer.queue_size) as rollout:
             if run.state["baseline"] is None:
-                warm_up(run, stop)
-                run.state["baseline"] = dataclasses.asdict(run_eval(run, "baseline"))
+                run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
             if not stop.is_set():
-                rl_loop(run, stop)
+                rl_loop(run, rollout, stop)
             checkpoint(run)
-            final = run_eval(run, "final")
-            return finish(run, final, stop.reason)
-        finally:
-            run.reward.close()
-            if run.sandbox is not None:
-                run.sandbox.close()
+            final = run_eval(run, rollout, "final")
+        return finish(run, final, stop.reason)
 
 
-def rl_loop(run: Run, stop: StopRequest) -> None:
+def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
     """Until run.steps, or until `stop` (a signal or the time budget) at a step boundary."""
     cfg = run.cfg
-    runtime = LocalRuntime()
-    store = WeightStore(run.model, runtime.ctx)
-    store.publish(run.model, run.state["version"])
-    queue, worker_stop = runtime.queue(cfg.buffer.queue_size), runtime.event()
-    worker = runtime.spawn("rollout", run_rollout_worker, rollout_spec(run), store, queue, worker_stop)
     lineage = LineageStore(run.dir / "samples.jsonl")
     buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
     try:
         while run.state["step"] < cfg.run.steps and not stop.is_set():
             tick = time.perf_counter()
-            rollout: RolloutBatch | None = queue.get(cfg.run.stall_timeout_s, "rollout worker", [worker], stop)
-            if rollout is None:
+            batch_in = rollout.next_batch(stop)
+            if batch_in is None:
                 break
             waited = time.perf_counter() - tick
-            batch, groups, acct = buffer.make_batch(rollout.groups, run.state["version"], run.state["step"])
+            batch, groups, acct = buffer.make_batch(batch_in.groups, run.state["version"], run.state["step"])
             stats = run.trainer.rl_step(batch) if batch is not None else None
             run.state["step"] += 1
             run.state["version"] += 1
-            store.publish(run.model, run.state["version"])
-            timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": rollout.seconds}
-            if rollout.startup_s is not None:
-                timings["worker_startup"] = rollout.startup_s
+            rollout.publish(run.model, run.state["version"])
+            timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds}
+            if batch_in.startup_s is not None:
+                timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]
             if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
                 timings["checkpoint"] = timed(checkpoint, run)
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
                 t0 = time.perf_counter()
-                result = run_eval(run, f"step-{step:06d}")
+                result = run_eval(run, rollout, f"step-{step:06d}")
                 timings["eval"] = time.perf_counter() - t0
                 metrics.log_eval(step, result.accuracy, result.per_domain)
-            metrics.log(step, step_record(run, rollout, groups, acct, stats, timings))
+            metrics.log(step, step_record(run, batch_in, groups, acct, stats, timings))
     finally:
-        worker_stop.set()
-        queue.drain()
-        worker.join(timeout=10)
         metrics.close()
         lineage.close()
 
@@ -132,9 +118,9 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     run_dir = cfg.run_dir
     ckpt = latest_checkpoint(run_dir) if resume else None
     if resume and ckpt is None:
-        raise ValueError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+        raise UserError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
     if not resume and (run_dir / "metrics.jsonl").exists():
-        raise ValueError(f"{run_dir} already holds a run; pick another --run.name or pass --resume")
+        raise UserError(f"{run_dir} already holds a run; pick another --run.name or pass --resume")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     threads = threads_per_process(cfg.run.threads, processes=2)  # the trainer and the rollout worker
@@ -157,9 +143,11 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
     advantage = get_advantage(cfg.algorithm.advantage)  # a typo fails here, not after SFT and evaluation
-    sandbox = make_sandbox(cfg.sandbox, run_dir) if pool.needs_sandbox else None
-    return Run(cfg, run_dir, tokenizer, model, trainer, pool, pool.heldout(), advantage, sandbox,
-               RewardService(cfg.reward, tokenizer, sandbox), state, started, threads)
+    unknown = sorted(set(cfg.reward.domain_weights) - set(cfg.tasks.weights))
+    if unknown:
+        raise ConfigError(f"reward.domain_weights.{unknown[0]}: not a domain of tasks.weights "
+                          f"({', '.join(sorted(cfg.tasks.weights))})")
+    return Run(cfg, run_dir, tokenizer, model, trainer, pool, advantage, state, started, threads)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
@@ -167,7 +155,7 @@ def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> 
         return load_tokenizer(cfg.path)
     if model.path:
         if not Path(model.path).is_dir():
-            raise ValueError(f"model.path {model.path}: no such folder")
+            raise UserError(f"model.path {model.path}: no such folder")
         return load_tokenizer(model.path)
     return char_tokenizer(alphabet)
 
@@ -176,7 +164,7 @@ def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
     if cfg.path:
         model = load_hf(cfg.path)
         if tokenizer.vocab_size > model.arch.vocab_size:
-            raise ValueError(f"model.path {cfg.path}: vocab_size {model.arch.vocab_size} is smaller than "
+            raise UserError(f"model.path {cfg.path}: vocab_size {model.arch.vocab_size} is smaller than "
                              f"the tokenizer's {tokenizer.vocab_size}")
         return model
     fields = {f.name for f in dataclasses.fields(Arch)}
@@ -189,8 +177,9 @@ def rollout_spec(run: Run) -> RolloutSpec:
     cfg = run.cfg
     return RolloutSpec(
         arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine,
-        sandbox=cfg.sandbox, tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward, max_staleness=cfg.buffer.max_staleness,
-        seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
+        sandbox=cfg.sandbox, tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward,
+        eval_max_tokens=cfg.eval.max_tokens, max_staleness=cfg.buffer.max_staleness,
+        seed=cfg.run.seed, first_batch=run.state["step"], last_batch=cfg.run.steps, threads=run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.monotonic())
 
 
@@ -213,16 +202,15 @@ def warm_up(run: Run, stop: StopRequest) -> None:
             bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
         done = sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size,
-                          run.cfg.run.seed, on_step, stop.is_set)
+                          run.cfg.run.seed, on_step, stop.is_set, tool_format(run.cfg.rollout.tool_parser, run.tokenizer))
     if done < sft.steps:
         print(f"[tempering] warm-up ended after {done} of {sft.steps} SFT steps ({stop.reason})", flush=True)
 
 
-def run_eval(run: Run, label: str) -> EvalResult:
-    # A fresh engine each time: the trainer updates the weights in place without a version bump,
-    # so a kept engine's prefix cache would serve KV of the old weights.
-    engine = LLM(run.model, run.tokenizer, run.cfg.engine)
-    result = evaluate(engine, run.tokenizer, run.reward, run.heldout, run.cfg.eval.max_tokens)
+def run_eval(run: Run, rollout: RolloutService, label: str) -> EvalResult:
+    """The held-out evaluation of the version published last, run by the rollout worker (on its
+    engine and sandbox; the trainer process starts neither)."""
+    result = rollout.evaluate(label)
     (run.dir / f"eval_{label}.json").write_text(json.dumps(dataclasses.asdict(result), indent=2))
     print(f"[tempering] {label} held-out accuracy {result.accuracy:.3f} "
           + " ".join(f"{d}={a:.2f}" for d, a in sorted(result.per_domain.items())), flush=True)
@@ -258,6 +246,18 @@ def finish(run: Run, final: EvalResult, stopped: str) -> dict[str, Any]:
     return summary
 
 
+def episode_record(groups: list[Group]) -> dict[str, Any]:
+    """How this step's episodes ended and what their tool calls did (multi-turn domains only)."""
+    samples = [t for g in groups for t in g.trajectories]
+    calls = [c for t in samples for c in t.tool_calls]
+    record: dict[str, Any] = {"finish": dict(Counter(t.finish_reason for t in samples))}
+    if any(t.turns for t in samples):
+        record["turns"] = sum(sum(x.role == "assistant" for x in t.turns) or 1 for t in samples) / len(samples)
+        record["tools"] = {"calls": len(calls), "failed": sum(c.failed for c in calls),
+                           **Counter(c.error_kind for c in calls if c.error_kind)}
+    return record
+
+
 def sample_fates(path: Path) -> dict[str, int]:
     fates: dict[str, int] = defaultdict(int)
     if path.exists():
@@ -285,6 +285,7 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "pass_rate": rollout.pass_rates,  # cumulative over the run, per domain
         **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
+        **episode_record(rollout.groups),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
         "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()}},
         # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's

@@ -49,7 +49,8 @@ def test_a_stall_names_the_component_without_a_traceback(tmp_path):
     # A rollout batch far larger than the deadline allows: the trainer's wait must end, naming who stalled.
     r = run("train", *tiny, "--rollout.tasks_per_step=100000", "--run.stall_timeout_s=2")
     assert r.returncode == 1, r.stderr[-2000:]
-    assert "stalled: rollout worker: nothing arrived for 2 s" in r.stderr and "Traceback" not in r.stderr
+    assert "stalled: rollout worker" in r.stderr and "nothing arrived for 2 s" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_generate_from_a_saved_checkpoint(tmp_path):
@@ -67,3 +68,27 @@ def test_generate_from_a_saved_checkpoint(tmp_path):
     assert all(x["finish_reason"] in ("stop", "length") for x in rows)
     r = run("generate", str(tmp_path / "nope"), "x")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_a_bug_shows_its_traceback_and_only_user_errors_are_one_line(monkeypatch, capsys):
+    """Only a UserError (input to fix) is told in one line; an internal ValueError such as
+    "too many values to unpack" is a bug, and its traceback must reach the user."""
+    import pytest
+
+    import tempering.train
+    from tempering.cli import main
+    from tempering.errors import UserError
+
+    def bug(cfg, resume=False):
+        a, b = (1, 2, 3)  # noqa: F841 - ValueError: too many values to unpack
+
+    monkeypatch.setattr(tempering.train, "train", bug)
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        main(["train", "--run.steps=1"])
+
+    def bad_input(cfg, resume=False):
+        raise UserError("model.path /nowhere: no such folder")
+
+    monkeypatch.setattr(tempering.train, "train", bad_input)
+    assert main(["train", "--run.steps=1"]) == 2
+    assert capsys.readouterr().err == "error: model.path /nowhere: no such folder\n"

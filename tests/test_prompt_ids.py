@@ -10,84 +10,19 @@ import time
 
 import pytest
 import torch
-from tokenizers import Regex, Tokenizer as HFTokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from tokenizers import trainers
+from tokenizer_builders import LLAMA3_CONFIG, QWEN2_CONFIG, llama3_style, qwen2_style, write_folder
+from tokenizers import processors
 
 from tempering.records import Message
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
-CORPUS = ["hello world, this is a test of the tokenizer", "sort 4721= 1247", "rev abc= cba",
-          "the quick brown fox jumps over the lazy dog", "You are a helpful assistant. Be brief."] * 10
-
-# Llama 3's template, verbatim: it writes bos_token itself.
-LLAMA3_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
-    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
-    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
-# Qwen2's ChatML template (no BOS anywhere).
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-               r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
-
 PROMPTS = ["hello world", "sort 4721=", " leading space and\ttab", "Hello  World!\n\nrev abc=", ""]
 CONVERSATIONS = [
     [Message("system", "Be brief."), Message("user", "sort 4721=")],
     [Message("user", "rev abc="), Message("assistant", "cba"), Message("user", "  and now hello world  ")],
 ]
-
-
-def _train(tok: HFTokenizer, specials: list[str]) -> HFTokenizer:
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=320, special_tokens=specials, show_progress=False,
-                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return tok
-
-
-def llama3_style(bos_post_processor: bool = True) -> HFTokenizer:
-    """Byte-level BPE whose post-processor puts <|begin_of_text|> first, as Llama 3's does."""
-    tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    _train(tok, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"])
-    bos = tok.token_to_id("<|begin_of_text|>")
-    steps = [processors.ByteLevel(trim_offsets=False)]
-    if bos_post_processor:
-        steps.append(processors.TemplateProcessing(single="<|begin_of_text|> $A:0",
-                                                   pair="<|begin_of_text|> $A:0 <|begin_of_text|> $B:1",
-                                                   special_tokens=[("<|begin_of_text|>", bos)]))
-    tok.post_processor = processors.Sequence(steps)
-    return tok
-
-
-def qwen2_style() -> HFTokenizer:
-    """Qwen2's pipeline (NFC, its split regex, byte-level BPE); the post-processor adds nothing."""
-    tok = HFTokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    _train(tok, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    return tok
-
-
-def write_folder(path, inner: HFTokenizer, config: dict):
-    path.mkdir(parents=True, exist_ok=True)
-    inner.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(config))
-    return path
-
-
-LLAMA3_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
-                 "eos_token": "<|eot_id|>", "add_bos_token": True, "chat_template": LLAMA3_TEMPLATE}
-QWEN2_CONFIG = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
-                "pad_token": "<|endoftext|>", "chat_template": CHATML_TEMPLATE}
 
 
 def both(folder):
@@ -230,11 +165,11 @@ def hf_greedy(folder, tasks, max_tokens: int) -> tuple[list[list[int]], list[lis
 def test_checkpoint_trained_with_bos_scores_the_same_under_tempering_and_transformers(tmp_path):
     from tempering.config import EngineConfig, RewardConfig, TasksConfig, TrainerConfig
     from tempering.engine import LLM, SamplingParams
-    from tempering.evaluation import evaluate
+    from tempering.evaluation import summarize
     from tempering.models import Arch, build_model, load_hf, save_hf
     from tempering.pool import TaskPool
     from tempering.reward import RewardService
-    from tempering.rollout import generate_trajectories
+    from tempering.rollout import EpisodeRunner
     from tempering.trainer.sft import sft_warmup
     from tempering.trainer.step import Trainer
 
@@ -257,14 +192,14 @@ def test_checkpoint_trained_with_bos_scores_the_same_under_tempering_and_transfo
     heldout, max_tokens = pool.heldout(), 8
     ours_tok = load_tokenizer(folder)
     engine = LLM(load_hf(folder), ours_tok, EngineConfig(max_seq_len=64))
-    samples = [g[0] for g in generate_trajectories(engine, ours_tok, heldout,
-                                                   SamplingParams(temperature=0, max_tokens=max_tokens))]
     reward = RewardService(RewardConfig(), ours_tok)
-    try:
-        result = evaluate(LLM(load_hf(folder), ours_tok, EngineConfig(max_seq_len=64)), ours_tok, reward, heldout,
-                          max_tokens)
+    runner = EpisodeRunner.build(engine, ours_tok, reward)
+    try:  # Tempering's evaluation: greedy episodes through the rollout's runner, scored by the verifier
+        groups = runner.run(heldout, 1, SamplingParams(temperature=0, max_tokens=max_tokens), max_tokens)
     finally:
+        runner.close()
         reward.close()
+    samples, result = [g.trajectories[0] for g in groups], summarize(heldout, groups)
 
     hf_prompts, hf_outputs, hf_accuracy = hf_greedy(folder, heldout, max_tokens)
     assert [s.prompt_ids for s in samples] == hf_prompts

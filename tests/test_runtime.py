@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from tempering.errors import UserError
 from tempering.runtime import LocalRuntime, Stall, WorkerFailed
 
 
@@ -35,14 +36,23 @@ def test_put_deadline_and_stop():
     assert q.put("b", 5, "trainer", stop) is False
 
 
+def _bad_input():
+    raise UserError("tasks.weights.chess: unknown domain")
+
+
 def test_worker_exception_reaches_the_waiter_with_its_traceback():
+    """A ValueError in a worker is a bug like any other (traceback); only a UserError is input
+    to fix, told in one line."""
     rt = LocalRuntime()
-    worker = rt.spawn("rollout", _crash)
-    q = rt.queue(1)
-    with pytest.raises(WorkerFailed, match="worker rollout: ValueError: rollout exploded") as e:
-        q.get(60, "rollout worker", [worker])
-    assert e.value.bad_input and "Traceback" in e.value.traceback and "_crash" in e.value.traceback
-    worker.join(5)
+    for target, name, bad_input in ((_crash, "ValueError: rollout exploded", False),
+                                    (_bad_input, "UserError: tasks.weights.chess", True)):
+        worker = rt.spawn("rollout", target)
+        q = rt.queue(1)
+        with pytest.raises(WorkerFailed, match=f"worker rollout: {name}") as e:
+            q.get(60, "rollout worker", [worker])
+        assert e.value.bad_input == bad_input
+        assert "Traceback" in e.value.traceback and target.__name__ in e.value.traceback
+        worker.join(5)
 
 
 def test_join_terminates_a_stuck_worker():

@@ -18,7 +18,8 @@ def test_heldout_never_drawn_for_training():
     assert len(heldout) == 20 * len(DOMAINS) and all(is_heldout(t) for t in heldout)
     train = pool.next_tasks(500) + pool.sft_examples()
     assert not any(is_heldout(t) for t in train)
-    assert {t.prompt for t in heldout}.isdisjoint({t.prompt for t in train})
+    # a task is its prompt and its environment (one prompt can name different workspaces)
+    assert {t.id for t in heldout}.isdisjoint({t.id for t in train})
     assert pool.heldout() == heldout  # the same every time
 
 
@@ -35,4 +36,5 @@ def test_alphabet_covers_every_task(name):
     d, rng = get_domain(name), random.Random(0)
     for _ in range(200):
         t = d.make(rng)
-        assert set(t.prompt + t.answer + (t.reference or "")) <= set(d.alphabet), t
+        files = "".join(text for _, text in t.environment.files) if t.environment else ""
+        assert set(t.prompt + t.answer + "".join(t.reference_turns) + files) <= set(d.alphabet), t

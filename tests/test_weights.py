@@ -15,8 +15,7 @@ def test_publish_then_pull_once_per_version():
     trainer_model, engine_model = build_model(ARCH, seed=1), build_model(ARCH, seed=2)
     store = WeightStore(trainer_model, tmp.get_context("spawn"))
     assert "lm_head.weight" not in store.tensors  # tied to the embedding: one copy
-    engine = LLM(engine_model, max_seq_len=64)
-    engine.version = -1
+    engine = LLM(engine_model, max_seq_len=64, version=-1)  # below any published version
     store.publish(trainer_model, 3)
     assert store.pull(engine) and engine.version == 3
     for name, tensor in trainer_model.state_dict().items():

@@ -6,6 +6,7 @@ failed or stale samples are removed, so functions take one group at a time.
 
 from __future__ import annotations
 
+from tempering.errors import UserError
 from typing import Callable
 
 import torch
@@ -40,5 +41,5 @@ ADVANTAGES: dict[str, Advantage] = {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo
 
 def get_advantage(name: str) -> Advantage:
     if name not in ADVANTAGES:
-        raise ValueError(f"algorithm.advantage: unknown {name!r} (known: {', '.join(sorted(ADVANTAGES))})")
+        raise UserError(f"algorithm.advantage: unknown {name!r} (known: {', '.join(sorted(ADVANTAGES))})")
     return ADVANTAGES[name]

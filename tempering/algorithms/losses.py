@@ -8,6 +8,7 @@ batch's mask, so micro-batches sum to exactly the full-batch loss. Shapes: [N, T
 
 from __future__ import annotations
 
+from tempering.errors import UserError
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,7 +55,7 @@ LOSSES: dict[str, LossSpec] = {
 
 def get_loss(name: str) -> LossSpec:
     if name not in LOSSES:
-        raise ValueError(f"algorithm.loss: unknown {name!r} (known: {', '.join(sorted(LOSSES))})")
+        raise UserError(f"algorithm.loss: unknown {name!r} (known: {', '.join(sorted(LOSSES))})")
     return LOSSES[name]
 
 

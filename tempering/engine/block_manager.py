@@ -6,7 +6,9 @@ whose KV is computed is registered under a hash chained over every earlier block
 and salted with the policy version that computed it, so a lookup under another version never
 matches. Blocks nobody references stay cached (their KV intact) in LRU order and are evicted only
 when a fresh block is needed. Only full blocks are ever shared, so a sequence writes only into
-blocks it owns alone. This module moves no tensors: copying KV for a fork is the pool's job.
+blocks it owns alone. With a sliding window, blocks no future query can see are freed as the
+sequence advances (`computed`). This module moves no tensors: a fork hands back the KV copy it
+needs, which the model runner performs.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from tempering.engine.sequence import DROPPED, Sequence
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, prefix_cache: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, prefix_cache: bool = True, window: int = 0, sinks: int = 0):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"BlockManager: need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         self.num_blocks, self.block_size, self.prefix_cache = num_blocks, block_size, prefix_cache
+        self.window, self.sinks = window, sinks  # window 0: every block stays visible
         self.ref = [0] * num_blocks
         self.hash_of: list[bytes | None] = [None] * num_blocks
         # A stack: the most recently freed block is reused first, so the pool's touched memory
@@ -111,6 +114,14 @@ class BlockManager:
         self.stats["hit_tokens"] += hit
         return hit
 
+    def computed(self, seq: Sequence, count: int, version: int) -> None:
+        """`count` more tokens of `seq` have KV now: offer the blocks they filled to the prefix
+        cache and free the blocks the window has left behind."""
+        seq.num_computed += count
+        self.commit(seq, version)
+        if self.window:
+            self.slide(seq, self.window, self.sinks)
+
     def commit(self, seq: Sequence, version: int) -> None:
         """Register the blocks `seq` has just filled with computed KV in the prefix cache."""
         if not self.prefix_cache:
@@ -129,11 +140,14 @@ class BlockManager:
                 self.hash_of[block] = h
         seq.num_registered = full
 
-    def fork(self, parent: Sequence, child: Sequence) -> int | None:
-        """Share the parent's full blocks with `child` (reference counts, no copy). -> the fresh
-        block into which the caller must copy the parent's partial last block, -1 when there is
-        none, None when no block is free (the child then stays unforked)."""
-        full, partial = divmod(parent.num_computed, self.block_size)
+    def fork(self, parent: Sequence, child: Sequence, upto: int | None = None) -> list[tuple[int, int, int]] | None:
+        """Start `child` where `parent` stands once its first `upto` tokens (default: those
+        computed) have KV: the full blocks are shared by reference count, the partial last block
+        gets a fresh block of the child's own. -> the KV copies that makes: [(source block,
+        destination block, slots)], empty when there is no partial block; None when no block is
+        free (the child then stays unforked)."""
+        upto = parent.num_computed if upto is None else upto
+        full, partial = divmod(upto, self.block_size)
         if partial and self.num_available == 0:
             return None
         for block in parent.block_table[:full]:
@@ -142,12 +156,12 @@ class BlockManager:
         child.block_table = list(parent.block_table[:full])
         child.num_dropped = parent.num_dropped
         child.block_hashes, child.hash_version = list(parent.block_hashes), parent.hash_version
-        child.num_computed, child.num_registered = parent.num_computed, full
+        child.num_computed, child.num_registered = upto, full
         if not partial:
-            return -1
+            return []
         block = self._take()
         child.block_table.append(block)
-        return block
+        return [(parent.block_table[full], block, partial)]
 
     def slide(self, seq: Sequence, window: int, sinks: int) -> None:
         """Free blocks no future query can see: older than the window, holding no sink."""

@@ -1,14 +1,15 @@
-"""`LLM`: the engine loop over the shared decoder, with vLLM's names.
+"""`LLM`: the engine's front, with vLLM's names.
 
 `generate(prompts, params)` adds requests and steps until they finish. `add_request`, `step` and
-`abort` are the same loop taken apart, for the server and for partial rollouts: `abort` returns
-the tokens, logprobs and versions produced so far, and `add_request(..., resume=outputs)`
-continues them later, possibly under new weights. Each step: schedule, run the model once over
-all scheduled tokens, register newly filled blocks in the prefix cache, fork the siblings of
-freshly prefilled prompts (n > 1: they share the prompt's blocks), sample, and release the blocks
-of finished sequences at once. `load_weights(state, version)` swaps the policy in place; no KV
-computed under an older version is reused afterwards (running sequences are recomputed and the
-prefix cache is salted by version). The component modules hold the mechanics.
+`abort` are the same loop taken apart, for the server and the agent loop: `step` returns the
+outputs of unfinished requests too (the contract is in outputs.py), `abort` returns what a
+request produced so far, and `add_request(..., resume=outputs)` continues it later, possibly
+under new weights. A step schedules (scheduler.py), runs the model and samples
+(model_runner.py), tells the scheduler what was computed, and then decides here which sequences
+are finished (EOS, stop tokens and strings, length) and builds the outputs.
+`load_weights(state, version)` swaps the policy in place and is the only way the version
+changes: no KV computed under an older version is reused afterwards (running sequences are
+recomputed, the prefix cache is salted by version).
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from typing import Mapping, Sequence as Seq
 
 import torch
 
+from tempering.errors import UserError
 from tempering.config import EngineConfig
 from tempering.engine.block_manager import BlockManager
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.model_runner import ModelRunner
 from tempering.engine.outputs import CompletionOutput, RequestOutput
-from tempering.engine.sampler import sample
 from tempering.engine.sampling_params import SamplingParams
-from tempering.engine.scheduler import Scheduler
+from tempering.engine.scheduler import Scheduler, SchedulerOutput
 from tempering.engine.sequence import Request, Sequence, Status
 from tempering.models import Decoder
 
@@ -36,8 +37,10 @@ _CONFIG_NAMES = {f.name for f in fields(EngineConfig)}
 
 class LLM:
     def __init__(self, model: Decoder, tokenizer=None, config: EngineConfig | None = None,
-                 eos_token_ids: Seq[int] = (), **overrides):
-        """`overrides` are EngineConfig fields, e.g. LLM(model, max_seq_len=256)."""
+                 eos_token_ids: Seq[int] = (), *, version: int = 0, **overrides):
+        """`version`: the policy version of the model's weights (the rollout worker starts at -1,
+        below any published version, so the first `WeightStore.pull` loads). `overrides` are
+        EngineConfig fields, e.g. LLM(model, max_seq_len=256)."""
         unknown = sorted(set(overrides) - _CONFIG_NAMES)
         if unknown:
             raise ValueError(f"LLM: unknown engine options {unknown} (known: {sorted(_CONFIG_NAMES)})")
@@ -52,14 +55,14 @@ class LLM:
         num_blocks = self._num_blocks()
         self.pool = KVPool(arch.num_hidden_layers, num_blocks, cfg.block_size, arch.num_key_value_heads,
                            arch.head_dim, cfg.kv_dtype)
-        self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_cache)
+        self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_cache, cfg.sliding_window,
+                                   cfg.attention_sinks)
         self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens)
         self.runner = ModelRunner(model, self.pool, cfg.sliding_window, cfg.attention_sinks,
                                   cfg.attention == "flex", cfg.compile_flex)
         self.requests: dict[int, Request] = {}
-        self._forks: dict[int, list[Sequence]] = {}  # request id -> siblings waiting for sample 0
         self._ids = itertools.count()
-        self._version = 0
+        self._version = version
         # prompt_tokens: of the requests; computed_tokens: prompt (and recomputed) tokens that ran
         # through the model, the rest came from the prefix cache or a fork; *_slot_steps: KV slots
         # held by running sequences and how many of them were empty, summed over steps.
@@ -78,30 +81,23 @@ class LLM:
     # -- weights and versions -----------------------------------------------------------------
     @property
     def version(self) -> int:
+        """The policy version of the weights; every generated token records it."""
         return self._version
-
-    @version.setter
-    def version(self, value: int) -> None:
-        if value != self._version:
-            self._new_policy(value)
-
-    def _new_policy(self, version: int) -> None:
-        """No KV of the old policy is used again: running sequences are recomputed, the prefix
-        cache is emptied."""
-        self.scheduler.preempt_all()
-        self.blocks.clear_cache()
-        self._version = version
 
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy `state` (names as in the decoder's state_dict) into the engine's model."""
+        """Copy `state` (names as in the decoder's state_dict) into the engine's model. No KV of
+        the old policy is used again: running sequences are recomputed, the prefix cache is
+        emptied (also when only the version number changes: the version is the cache's salt)."""
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:
             raise ValueError(f"load_weights: unknown tensors {unknown[:5]}")
         for name, tensor in state.items():
             own[name].copy_(tensor)
-        self._new_policy(version)
+        self.scheduler.preempt_all()
+        self.blocks.clear_cache()
+        self._version = version
 
     # -- requests -------------------------------------------------------------------------------
     def generate(self, prompts: Seq[str] | Seq[Seq[int]],
@@ -112,11 +108,12 @@ class LLM:
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
         ids = [self.check(p, sp) for p, sp in zip(prompts, plist)]  # all validated before any is queued
-        rids = [self._queue(i, p) for i, p in zip(ids, plist)]
+        rids = [self._queue(i, p, final_only=True) for i, p in zip(ids, plist)]
         done: dict[int, RequestOutput] = {}
         while len(done) < len(rids):
             for out in self.step():
-                done[out.request_id] = out
+                if out.finished:
+                    done[out.request_id] = out
         return [done[r] for r in rids]
 
     def add_request(self, prompt: str | Seq[int], params: SamplingParams = SamplingParams(),
@@ -127,7 +124,8 @@ class LLM:
             raise ValueError(f"add_request: resume has {len(resume)} outputs but params.n is {params.n}")
         return self._queue(ids, params, resume)
 
-    def _queue(self, ids: list[int], params: SamplingParams, resume: Seq[CompletionOutput] = ()) -> int:
+    def _queue(self, ids: list[int], params: SamplingParams, resume: Seq[CompletionOutput] = (),
+               final_only: bool = False) -> int:
         """add_request for token ids that `check` accepted."""
         rid = next(self._ids)
         seqs = [Sequence(rid, i, list(ids), len(ids), params, _generator(params, i)) for i in range(params.n)]
@@ -135,17 +133,17 @@ class LLM:
             seq.tokens += prior.token_ids
             seq.logprobs, seq.versions = list(prior.logprobs), list(prior.versions)
             if prior.finish_reason in ("stop", "length") or len(seq.tokens) >= seq.max_len:
-                seq.status, seq.finish_reason = Status.FINISHED, prior.finish_reason or "length"
-        self.requests[rid] = Request(rid, list(ids), seqs)
+                seq.status = Status.FINISHED
+                seq.finish_reason = prior.finish_reason if prior.finish_reason in ("stop", "length") else "length"
+                seq.text = self._text(seq)
+        self.requests[rid] = Request(rid, list(ids), seqs, final_only)
         self.stats["prompt_tokens"] += len(ids)
         live = [s for s in seqs if s.status is not Status.FINISHED]
         if params.n > 1 and not resume:
-            self._forks[rid] = live[1:]  # they wait for sample 0 to compute the shared prompt
-            for s in live[1:]:
-                s.status = Status.FORK_PENDING
-            live = live[:1]
-        for s in live:
-            self.scheduler.add(s)
+            self.scheduler.add(live[0], forks=live[1:])  # they fork once it has computed the prompt
+        else:
+            for s in live:
+                self.scheduler.add(s)
         return rid
 
     def abort(self, request_id: int) -> RequestOutput:
@@ -153,84 +151,49 @@ class LLM:
         req = self.requests.pop(request_id, None)
         if req is None:
             raise ValueError(f"abort: no unfinished request {request_id}")
-        self._forks.pop(request_id, None)
         for seq in req.seqs:
             if seq.status is not Status.FINISHED:
-                self.scheduler.remove(seq)
-                self.blocks.release(seq)
-                seq.status, seq.finish_reason = Status.FINISHED, "abort"
-        return self._output(req)
+                self.scheduler.finish(seq)
+                seq.finish_reason, seq.text = "abort", self._text(seq)
+        return self._output(req, finished=True)
 
     def has_unfinished(self) -> bool:
         return bool(self.requests)
 
     # -- the loop -------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One engine step. -> outputs of the requests that finished in it."""
+        """One engine step. -> an output for each request that got a token in it (outputs.py)."""
         if not self.requests:
             return []
         start = time.perf_counter()
-        items = self.scheduler.schedule(self._version)
-        if not items:
+        scheduled = self.scheduler.schedule(self._version)
+        if not scheduled.items:
             raise RuntimeError("engine: requests are unfinished but nothing could be scheduled "
                                f"({self.blocks.num_available} free KV blocks)")
-        logits, samplers = self.runner.run(items)
-        for seq, count in items:
-            seq.num_computed += count
-            self.blocks.commit(seq, self._version)
-            if self.cfg.sliding_window:
-                self.blocks.slide(seq, self.cfg.sliding_window, self.cfg.attention_sinks)
-        self.stats["computed_tokens"] += sum(c for s, c in items if c > 1 or s.num_computed <= s.num_prompt)
-        self._account(items)
-        rows, seqs = [], []
-        for row, k in enumerate(samplers):
-            seq = items[k][0]
-            for s in [seq] + self._fork(seq):
-                rows.append(row)
-                seqs.append(s)
-        finished = self._sample(logits, rows, seqs)
-        self.stats["steps"] += 1
+        tokens, logprobs = self.runner.run(scheduled)
+        self.scheduler.update(scheduled, self._version)
+        self._account(scheduled)
+        outputs = self._postprocess([s for s, _ in scheduled.sampled], tokens, logprobs)
         self.stats["seconds"] += time.perf_counter() - start
-        return finished
+        return outputs
 
-    def _fork(self, seq: Sequence) -> list[Sequence]:
-        """Siblings of `seq` that start from its freshly computed prompt (no copy but the
-        partial last block). Siblings that find no free block or batch slot queue up instead and
-        get the prompt from the prefix cache."""
-        siblings = self._forks.pop(seq.request_id, None) if seq.index == 0 else None
-        forked = []
-        for child in siblings or ():
-            block = None if self.scheduler.batch_full else self.blocks.fork(seq, child)
-            if block is None:
-                self.scheduler.add(child)
-                continue
-            if block >= 0:
-                self.pool.copy_block(seq.block_table[len(child.block_table) - 1], block,
-                                     seq.num_computed % self.cfg.block_size)
-            self.scheduler.admit(child)
-            forked.append(child)
-        return forked
-
-    def _sample(self, logits: torch.Tensor, rows: list[int], seqs: list[Sequence]) -> list[RequestOutput]:
-        if not seqs:
-            return []
-        if rows != list(range(len(rows))):
-            logits = logits.index_select(0, torch.tensor(rows))
-        ps = [s.params for s in seqs]
-        tokens, logprobs = sample(logits, torch.tensor([p.temperature for p in ps]),
-                                  torch.tensor([p.top_p for p in ps]), torch.tensor([p.top_k for p in ps]),
-                                  [s.generator for s in seqs])
-        self.stats["generated_tokens"] += len(seqs)
-        done = []
-        for seq, t, lp in zip(seqs, tokens.tolist(), logprobs.tolist()):
+    def _postprocess(self, seqs: list[Sequence], tokens: list[int], logprobs: list[float]) -> list[RequestOutput]:
+        """Record the sampled tokens, finish the sequences that are done. -> the step's outputs."""
+        touched: dict[int, None] = {}  # request ids in order of first appearance
+        for seq, t, lp in zip(seqs, tokens, logprobs):
+            touched[seq.request_id] = None
             if self._append(seq, t, lp):
-                seq.status = Status.FINISHED
-                self.blocks.release(seq)
-                req = self.requests[seq.request_id]
-                if req.finished and seq.request_id not in self._forks:
-                    del self.requests[seq.request_id]
-                    done.append(self._output(req))
-        return done
+                self.scheduler.finish(seq)
+                seq.text = self._text(seq)
+        outputs = []
+        for rid in touched:
+            req = self.requests[rid]
+            if req.finished:
+                del self.requests[rid]
+                outputs.append(self._output(req, finished=True))
+            elif not req.final_only:
+                outputs.append(self._output(req, finished=False))
+        return outputs
 
     def _append(self, s: Sequence, token: int, logprob: float) -> bool:
         """Record one token; True when the sequence is finished."""
@@ -244,56 +207,60 @@ class LLM:
             s.finish_reason = "stop"
         elif len(s.tokens) >= s.max_len:
             s.finish_reason = "length"
-        return bool(s.finish_reason)
+        return s.finish_reason is not None
 
     def _hit_stop(self, s: Sequence) -> bool:
         # Only the tail can hold a stop string that the newest token completed.
         tail = max(len(x) for x in s.params.stop) + 8
         return any(x in self.tokenizer.decode(s.output_ids[-tail:]) for x in s.params.stop)
 
-    def _account(self, items: list[tuple[Sequence, int]]) -> None:
-        bs = self.cfg.block_size
-        used = self.blocks.num_used
-        self.stats["allocated_slot_steps"] += used * bs
-        self.stats["unused_slot_steps"] += sum(-s.num_computed % bs for s in self.scheduler.running
-                                               if s.status is Status.RUNNING)
-        self.stats["peak_blocks"] = max(self.stats["peak_blocks"], used)
+    def _account(self, scheduled: SchedulerOutput) -> None:
+        bs, used, s = self.cfg.block_size, self.blocks.num_used, self.stats
+        s["steps"] += 1
+        s["generated_tokens"] += len(scheduled.sampled)
+        s["computed_tokens"] += sum(c for q, c in scheduled.items if c > 1 or q.num_computed <= q.num_prompt)
+        s["allocated_slot_steps"] += used * bs
+        s["unused_slot_steps"] += sum(-q.num_computed % bs for q in self.scheduler.running
+                                      if q.status is Status.RUNNING)
+        s["peak_blocks"] = max(s["peak_blocks"], used)
 
     # -- helpers --------------------------------------------------------------------------------
     def _encode(self, prompt) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise ValueError("generate: text prompts need a tokenizer; pass token ids instead")
+                raise UserError("generate: text prompts need a tokenizer; pass token ids instead")
             ids = self.tokenizer.encode_prompt(prompt)  # with its BOS, as vLLM encodes text prompts
         else:
             ids = [int(t) for t in prompt]
         if not ids:
-            raise ValueError("generate: empty prompt")
+            raise UserError("generate: empty prompt")
         vocab = self.model.arch.vocab_size
         if min(ids) < 0 or max(ids) >= vocab:
-            raise ValueError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
+            raise UserError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
         return ids
 
     def check(self, prompt: str | Seq[int], p: SamplingParams) -> list[int]:
         """Encode and validate a request without queuing it (safe from any thread). -> token ids"""
         ids = self._encode(prompt)
         if len(ids) + p.max_tokens > self.cfg.max_seq_len:
-            raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
+            raise UserError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
                              f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")
         context = self.model.arch.max_position_embeddings
         if not self.cfg.sliding_window and len(ids) + p.max_tokens > context:
             # Positions past the model's trained context produce garbage, not an error: refuse.
-            raise ValueError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} exceeds the "
+            raise UserError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} exceeds the "
                              f"model's max_position_embeddings {context}")
         if not self.cfg.sliding_window and self.blocks.blocks_for(len(ids) + p.max_tokens) > self.blocks.num_blocks:
-            raise ValueError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "
+            raise UserError(f"generate: a sequence of {len(ids) + p.max_tokens} tokens needs more KV blocks "
                              f"than engine.kv_blocks = {self.blocks.num_blocks}")
         return ids
 
-    def _output(self, req: Request) -> RequestOutput:
-        outs = [CompletionOutput(s.index, s.output_ids, s.logprobs, s.versions, self._text(s), s.finish_reason)
+    @staticmethod
+    def _output(req: Request, finished: bool) -> RequestOutput:
+        # Copies: the engine keeps appending to the sequences' lists after handing this out.
+        outs = [CompletionOutput(s.index, s.output_ids, list(s.logprobs), list(s.versions), s.text, s.finish_reason)
                 for s in req.seqs]
-        return RequestOutput(req.request_id, req.prompt, outs, finished=True)
+        return RequestOutput(req.request_id, req.prompt, outs, finished)
 
     def _text(self, s: Sequence) -> str:
         if self.tokenizer is None:

@@ -1,19 +1,25 @@
-"""`ModelRunner`: turns a scheduled step into tensors, runs the decoder once, returns logits.
+"""`ModelRunner`: turns a scheduled step into tensors, runs the decoder once, makes the KV
+copies the scheduler asked for, and samples.
 
-Input is a list of (sequence, token count): decode items (count 1) and prefill chunks. All their
+The step's items are (sequence, token count): decode items (count 1) and prefill chunks. All their
 tokens go through the model as one flat row, so the projections and MLPs see one large matrix
 instead of a padded batch. Index tensors (write slots, gathered context slots, masks) are built
-here once per step and reused by every layer. Logits are computed only for the rows whose next
-token is sampled. It neither schedules nor samples.
+here once per step and reused by every layer. Logits are computed only for the items whose next
+token is sampled, once per item even when forks sample from it too. It does not decide what runs
+or when a sequence is finished.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
 from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChunk, SharedPrefix, StepMeta,
                                          cascade_available, flex_block_mask, visible)
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.sampler import sample
+from tempering.engine.scheduler import SchedulerOutput
 from tempering.engine.sequence import Sequence
 from tempering.models import Decoder
 
@@ -34,9 +40,9 @@ class ModelRunner:
         self.shared_prefix_reads = 0  # decode rows that read a shared prefix once for their group
 
     @torch.no_grad()
-    def run(self, items: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[int]]:
-        """items: decode items (count 1) first, then prefill chunks. -> logits [R, vocab] fp32 for
-        the R items whose chunk reaches the end of their tokens, and those items' indices."""
+    def run(self, step: SchedulerOutput) -> tuple[list[int], list[float]]:
+        """-> the token sampled for each of `step.sampled` and its logprob."""
+        items = step.items
         ids: list[int] = []
         positions: list[int] = []
         for seq, count in items:
@@ -54,14 +60,24 @@ class ModelRunner:
             offset += count
         attention = PagedAttention(self.pool, meta, self.flex, self.compile_flex)
         hidden = self.model.hidden_states(torch.tensor([ids]), torch.tensor([positions]), attention)
-        rows, last, samplers = [], 0, []
-        for k, (seq, count) in enumerate(items):
-            last += count
-            if seq.num_computed + count == len(seq.tokens):
-                rows.append(last - 1)
-                samplers.append(k)
-        logits = self.model.lm_head(hidden[0, rows]).float() if rows else hidden.new_empty(0, 0)
-        return logits, samplers
+        for src, dst, slots in step.copies:  # a fork's partial block: this forward has just written it
+            self.pool.copy_block(src, dst, slots)
+        if not step.sampled:
+            return [], []
+        ends = list(itertools.accumulate(count for _, count in items))
+        row_of: dict[int, int] = {}  # item -> its row of logits
+        for _, k in step.sampled:
+            row_of.setdefault(k, len(row_of))
+        logits = self.model.lm_head(hidden[0, [ends[k] - 1 for k in row_of]]).float()
+        rows = [row_of[k] for _, k in step.sampled]
+        if rows != list(range(len(rows))):
+            logits = logits.index_select(0, torch.tensor(rows))
+        seqs = [s for s, _ in step.sampled]
+        ps = [s.params for s in seqs]
+        tokens, logprobs = sample(logits, torch.tensor([p.temperature for p in ps]),
+                                  torch.tensor([p.top_p for p in ps]), torch.tensor([p.top_k for p in ps]),
+                                  [s.generator for s in seqs])
+        return tokens.tolist(), logprobs.tolist()
 
     def _write_slots(self, items: list[tuple[Sequence, int]], num_decode: int) -> torch.Tensor:
         bs, slots = self.bs, []

@@ -1,4 +1,5 @@
-"""`Scheduler`: which sequences run in the next engine step, and how many tokens each.
+"""`Scheduler`: which sequences run in the next engine step, how many tokens each, and which of
+them sample a token.
 
 Continuous batching under a token budget: running sequences go first, oldest first (a decode
 costs one token, a prompt being prefilled takes the chunk the budget allows), then waiting
@@ -6,15 +7,35 @@ sequences are admitted in arrival order while the budget, the batch size and the
 allow. An admitted sequence first takes what the prefix cache holds of it. When a running
 sequence needs a block and none is free, the newest running sequences are preempted by
 recompute: their blocks are released (full ones stay cached, so recomputing often hits) and they
-go back to the front of the queue with all their tokens. It does not run the model or sample.
+go back to the front of the queue with all their tokens.
+
+The n samples of a request wait while the first computes their shared prompt; in the step that
+completes it they fork from it (the block manager shares its full blocks) and sample from the
+same logits. The one KV copy a fork needs (the partial last block, written by that very step)
+goes to the model runner in `SchedulerOutput.copies`. A fork that finds no free block or batch
+slot queues instead and gets the prompt from the prefix cache. After the step, `update` tells
+the block manager what was computed. The scheduler neither runs the model nor samples, and it
+does not decide when a sequence is finished: `finish` is told.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass, field
 
 from tempering.engine.block_manager import BlockManager
 from tempering.engine.sequence import Sequence, Status
+
+
+@dataclass
+class SchedulerOutput:
+    # (sequence, tokens to compute): decode items (1 token) first, then prefill chunks
+    items: list[tuple[Sequence, int]] = field(default_factory=list)
+    # (sequence, item whose last logits it samples from): items that reach the end of their
+    # tokens, each followed by the forks that start from it
+    sampled: list[tuple[Sequence, int]] = field(default_factory=list)
+    # (source block, destination block, slots): KV to copy after the forward, before sampling
+    copies: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Scheduler:
@@ -23,11 +44,17 @@ class Scheduler:
         self.max_batch_size, self.max_batched_tokens = max_batch_size, max_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.forks: dict[Sequence, list[Sequence]] = {}  # a request's first sample -> the others
         self.preemptions = 0
 
-    def add(self, seq: Sequence, front: bool = False) -> None:
+    def add(self, seq: Sequence, front: bool = False, forks: list[Sequence] = ()) -> None:
+        """Queue `seq`; `forks` (its siblings) wait until it has computed their shared prompt."""
         seq.status = Status.WAITING
         (self.waiting.appendleft if front else self.waiting.append)(seq)
+        if forks:
+            self.forks[seq] = list(forks)
+            for f in forks:
+                f.status = Status.FORK_PENDING
 
     @property
     def batch_full(self) -> bool:
@@ -38,13 +65,17 @@ class Scheduler:
         seq.status = Status.RUNNING
         self.running.append(seq)
 
-    def remove(self, seq: Sequence) -> None:
-        """Take `seq` out of the queues (abort); the caller releases its blocks."""
-        if seq in self.waiting:
+    def finish(self, seq: Sequence) -> None:
+        """`seq` is done (finished or aborted): out of the queues, its blocks released, its
+        pending forks (abort) dropped."""
+        if seq.status is Status.WAITING:
             self.waiting.remove(seq)
+        self.forks.pop(seq, None)
+        self.blocks.release(seq)
+        seq.status = Status.FINISHED  # a running one leaves `running` at the next schedule
 
-    def schedule(self, version: int) -> list[tuple[Sequence, int]]:
-        """-> (sequence, tokens to compute) with decode items (1 token) first."""
+    def schedule(self, version: int) -> SchedulerOutput:
+        """-> what runs in the next step (`version` salts the prefix-cache lookups)."""
         self.running = [s for s in self.running if s.status is Status.RUNNING]
         budget = self.max_batched_tokens
         items: list[tuple[Sequence, int]] = []
@@ -70,7 +101,30 @@ class Scheduler:
         # Decode items first, longest context first (the runner pads contexts in buckets of
         # similar length), prefill chunks after them in scheduling order.
         items.sort(key=lambda item: (item[1] != 1, -item[0].num_computed if item[1] == 1 else 0))
-        return items
+        out = SchedulerOutput(items)
+        for k, (seq, count) in enumerate(items):
+            if seq.num_computed + count == len(seq.tokens):  # its next token is sampled in this step
+                out.sampled.append((seq, k))
+                if seq in self.forks:
+                    self._fork(seq, seq.num_computed + count, k, out)
+        return out
+
+    def _fork(self, parent: Sequence, upto: int, k: int, out: SchedulerOutput) -> None:
+        # After the admission loop: a fork queued here must not be admitted before the prompt
+        # it would find in the prefix cache is computed.
+        for child in self.forks.pop(parent):
+            copies = None if self.batch_full else self.blocks.fork(parent, child, upto)
+            if copies is None:
+                self.add(child)
+                continue
+            out.copies += copies
+            self.admit(child)
+            out.sampled.append((child, k))
+
+    def update(self, out: SchedulerOutput, version: int) -> None:
+        """After the model ran `out`: its tokens have KV now (prefix cache, sliding window)."""
+        for seq, count in out.items:
+            self.blocks.computed(seq, count, version)
 
     def preempt_all(self) -> None:
         """Send every running sequence back to the queue to be recomputed (new weights)."""

@@ -1,9 +1,9 @@
 """`Sequence`: one sample of one request as the engine sees it, and `Request`, the n of them.
 
 A sequence owns its tokens (prompt, then generated), the logprob and policy version of every
-generated token, how many of its tokens already have KV in the cache (`num_computed`) and its
-block table. It does not allocate blocks or run the model: the block manager and the scheduler
-do that by reading and updating these fields.
+generated token, how many of its tokens already have KV in the cache (`num_computed`), its
+block table and, once finished, its text. It does not allocate blocks or run the model: the
+block manager and the scheduler do that by reading and updating these fields.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
-    finish_reason: str = ""
+    finish_reason: str | None = None  # "stop" | "length" | "abort" once finished
+    text: str = ""  # decoded once, when it finishes (stop strings cut)
     num_computed: int = 0  # tokens whose KV is in the cache
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)  # chained hashes of full blocks
@@ -64,6 +65,7 @@ class Request:
     request_id: int
     prompt: list[int]
     seqs: list[Sequence]
+    final_only: bool = False  # `step` reports it only when it finishes (vLLM's FINAL_ONLY, for `generate`)
 
     @property
     def finished(self) -> bool:

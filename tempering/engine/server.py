@@ -1,8 +1,9 @@
 """`tempering serve`: an OpenAI-compatible HTTP server on the engine.
 
-`EngineLoop` owns the engine in one thread and steps it while requests are live; HTTP handler
-threads (stdlib `ThreadingHTTPServer`) validate a request, hand it to the loop through a queue and
-wait on their own event queue with a deadline (`engine.request_timeout_s`, then 504). Routes:
+`EngineLoop` owns the engine in one thread, steps it while requests are live and publishes what
+each step returns (new tokens, finished outputs); HTTP handler threads (stdlib
+`ThreadingHTTPServer`) validate a request, hand it to the loop through a queue and wait on their
+own event queue with a deadline (`engine.request_timeout_s`, then 504). Routes:
 GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions (`stream` as
 server-sent events, `n` > 1, several prompts). Bad requests get 4xx JSON errors in OpenAI's
 shape. No authentication and no TLS: put it behind a proxy for anything public.
@@ -11,6 +12,7 @@ shape. No authentication and no TLS: put it behind a proxy for anything public.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import queue
 import threading
@@ -66,15 +68,15 @@ class EngineLoop:
             if not self.engine.has_unfinished():
                 continue
             try:
-                finished = self.engine.step()
+                outputs = self.engine.step()
             except Exception as e:  # noqa: BLE001 - fault boundary: fail the live requests, keep serving
-                for ticket in list(self.live.values()):
-                    if ticket.request_id in self.engine.requests:  # the step may have finished it
+                for ticket in self.live.values():
+                    with contextlib.suppress(ValueError):  # the failed step may have finished it already
                         self.engine.abort(ticket.request_id)
                     ticket.events.put((ticket.tag, "error", f"engine failure: {type(e).__name__}: {e}"))
                 self.live.clear()
                 continue
-            self._publish(finished)
+            self._publish(outputs)
 
     def _drain(self, wait: bool) -> None:
         try:
@@ -94,19 +96,19 @@ class EngineLoop:
             except queue.Empty:
                 return
 
-    def _publish(self, finished) -> None:
-        for rid, ticket in self.live.items():
-            req = self.engine.requests.get(rid)
-            if ticket.stream and req is not None:
-                for seq in req.seqs:
-                    if not seq.finish_reason:  # a finished one's text (stop strings cut) comes with "done"
-                        self._delta(ticket, seq.index, seq.output_ids)
-        for out in finished:
-            ticket = self.live.pop(out.request_id, None)
-            if ticket is not None:
-                if ticket.stream:
-                    for c in out.outputs:
+    def _publish(self, outputs) -> None:
+        # A sample that finishes before its request is not streamed on its own: its text (stop
+        # strings cut) comes with "done".
+        for out in outputs:
+            ticket = self.live.get(out.request_id)
+            if ticket is None:
+                continue
+            if ticket.stream:
+                for c in out.outputs:
+                    if out.finished or not c.finished():
                         self._delta(ticket, c.index, c.token_ids)
+            if out.finished:
+                del self.live[out.request_id]
                 ticket.events.put((ticket.tag, "done", out))
 
     @staticmethod

@@ -6,6 +6,7 @@ accepted: an unsupported model type or rope scaling is a clear error, never a si
 
 from __future__ import annotations
 
+from tempering.errors import UserError
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,14 +36,14 @@ class Arch:
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_TYPES:
-            raise ValueError(f"model_type {self.model_type!r} is not supported (supported: {SUPPORTED_TYPES})")
+            raise UserError(f"model_type {self.model_type!r} is not supported (supported: {SUPPORTED_TYPES})")
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         rope_type = self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
         if rope_type not in SUPPORTED_ROPE:
-            raise ValueError(f"rope scaling {rope_type!r} is not supported (supported: {SUPPORTED_ROPE})")
+            raise UserError(f"rope scaling {rope_type!r} is not supported (supported: {SUPPORTED_ROPE})")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+            raise UserError("num_attention_heads must be a multiple of num_key_value_heads")
 
     @property
     def qkv_bias(self) -> bool:
@@ -58,9 +59,9 @@ class Arch:
         `rope_parameters`)."""
         model_type = cfg.get("model_type", "llama")
         if model_type not in SUPPORTED_TYPES:
-            raise ValueError(f"config.json: model_type {model_type!r} is not supported (supported: {SUPPORTED_TYPES})")
+            raise UserError(f"config.json: model_type {model_type!r} is not supported (supported: {SUPPORTED_TYPES})")
         if cfg.get("use_sliding_window"):
-            raise ValueError("config.json: use_sliding_window = true is not supported yet")
+            raise UserError("config.json: use_sliding_window = true is not supported yet")
         rope = dict(cfg.get("rope_parameters") or {})
         theta = float(rope.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
         scaling = dict(cfg.get("rope_scaling") or rope)

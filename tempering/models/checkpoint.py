@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from tempering.errors import UserError
 from tempering.models.arch import Arch
 from tempering.models.decoder import Decoder
 from tempering.models.rope import inverse_frequencies
@@ -29,11 +30,11 @@ def read_arch(folder: str | Path) -> Arch:
     folder = Path(folder)
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
-        raise ValueError(f"{folder}: not a model folder (no config.json)")
+        raise UserError(f"{folder}: not a model folder (no config.json)")
     try:
         return Arch.from_hf(json.loads(cfg_path.read_text()))
     except (json.JSONDecodeError, TypeError, KeyError) as e:
-        raise ValueError(f"{cfg_path}: cannot read the architecture: {e}") from None
+        raise UserError(f"{cfg_path}: cannot read the architecture: {e}") from None
 
 
 def load_hf(folder: str | Path, dtype: torch.dtype = torch.float32) -> Decoder:
@@ -49,7 +50,7 @@ def load_hf(folder: str | Path, dtype: torch.dtype = torch.float32) -> Decoder:
     # Rotary caches some exporters store are derived, not learned.
     unexpected = [k for k in unexpected if not k.endswith("rotary_emb.inv_freq")]
     if missing or unexpected:
-        raise ValueError(f"{folder}: checkpoint does not match the {arch.model_type} architecture: "
+        raise UserError(f"{folder}: checkpoint does not match the {arch.model_type} architecture: "
                          f"missing {missing[:5]}, unexpected {unexpected[:5]}")
     model.load_state_dict({k: v.to(dtype) for k, v in state.items() if k in expected}, strict=False, assign=True)
     if arch.tie_word_embeddings:
@@ -64,24 +65,24 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-            raise ValueError(f"{index}: not a safetensors index ({e})") from None
+            raise UserError(f"{index}: not a safetensors index ({e})") from None
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
             state.update(_load(folder / shard))
         return state
     single = folder / "model.safetensors"
     if not single.is_file():
-        raise ValueError(f"{folder}: no model.safetensors or model.safetensors.index.json")
+        raise UserError(f"{folder}: no model.safetensors or model.safetensors.index.json")
     return _load(single)
 
 
 def _load(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
-        raise ValueError(f"{path}: missing shard")
+        raise UserError(f"{path}: missing shard")
     try:
         return load_file(path)
     except SafetensorError as e:
-        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
+        raise UserError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 def save_hf(model: Decoder, folder: str | Path) -> None:

@@ -2,18 +2,22 @@
 
 This is a fault boundary: a verifier that raises or runs past `reward.timeout_s` yields a
 `Reward` with `failed=True` and the reason, and the run goes on. Components are combined into
-`total` with `reward.weights`. Reward models and process rewards are not here yet.
+`total` with `reward.weights` (and a domain's own `reward.domain_weights`); an episode's process
+components (`reward.process`) join the verifier's. A sample whose tool calls hit a sandbox
+failure is failed too. Reward models are not here yet.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import threading
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 from tempering.config import RewardConfig
-from tempering.records import Reward, Task, Trajectory
+from tempering.records import ExecReason, Reward, Task, Trajectory
+from tempering.reward.process import process_components
 from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import Sandbox
 from tempering.tokenizer import Tokenizer
@@ -26,20 +30,27 @@ class RewardService:
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
 
-    def score(self, items: Sequence[tuple[Task, Trajectory]]) -> list[Reward]:
+    def score(self, items: Sequence[tuple[Task, Trajectory] | tuple[Task, Trajectory, Any]]) -> list[Reward]:
+        """Reward of each (task, sample) or (task, sample, final workspace of its episode)."""
         self._renew_pool_if_exhausted()
         started: dict[int, float] = {}
         lock = threading.Lock()
 
-        def call(i: int, task: Task, sample: Trajectory) -> Verdict:
+        def call(i: int, task: Task, sample: Trajectory, workspace: Any = None) -> Verdict:
             with lock:
                 started[i] = time.monotonic()
+            broken = [c.result.error for c in sample.tool_calls
+                      if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
+            if broken:
+                raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
             verifier = VERIFIERS.get(task.verifier)
             if verifier is None:
                 raise InfrastructureError(f"task {task.id}: unknown verifier {task.verifier!r}")
-            return verifier(task, sample, self.context)
+            ctx = self.context if workspace is None else dataclasses.replace(self.context, workspace=workspace)
+            verdict = verifier(task, sample, ctx)
+            return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
 
-        futures = [self._pool.submit(call, i, t, c) for i, (t, c) in enumerate(items)]
+        futures = [self._pool.submit(call, i, *item) for i, item in enumerate(items)]
         rewards: list[Reward | None] = [None] * len(items)
         while any(r is None for r in rewards):
             cf.wait([f for f, r in zip(futures, rewards) if r is None], timeout=0.05,
@@ -58,7 +69,7 @@ class RewardService:
     def _settle(self, fut: cf.Future, start: float | None, now: float, task: Task) -> Reward | None:
         if fut.done():
             try:
-                return self._combine(fut.result())
+                return self._combine(fut.result(), task.domain)
             except InfrastructureError as e:
                 return _failure(str(e))
             except Exception as e:  # noqa: BLE001 - verifier code is a fault boundary
@@ -68,8 +79,9 @@ class RewardService:
             return _failure(f"verifier {task.verifier} timed out after {self.cfg.timeout_s:g} s")
         return None
 
-    def _combine(self, verdict: Verdict) -> Reward:
-        weights = {k: self.cfg.weights.get(k, 0.0) for k in verdict.components}
+    def _combine(self, verdict: Verdict, domain: str) -> Reward:
+        own = {**self.cfg.weights, **self.cfg.domain_weights.get(domain, {})}
+        weights = {k: own.get(k, 0.0) for k in verdict.components}
         total = sum(weights[k] * float(v) for k, v in verdict.components.items())
         return Reward(components=dict(verdict.components), weights=weights, total=total, reason=verdict.reason)
 

@@ -12,7 +12,7 @@ Weighting the components is the service's job, not theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from tempering.records import ExecReason, Task, Trajectory
 from tempering.sandbox import ExecRequest, Sandbox
@@ -32,10 +32,12 @@ class Verdict:
 @dataclass(frozen=True)
 class VerifierContext:
     """What a verifier may use besides the task and the sample: the tokenizer that produced the
-    sample's ids, and the sandbox for running code (None when the task mix needs none)."""
+    sample's ids, the sandbox for running code (None when the task mix needs none), and the
+    final workspace of the sample's episode (None for tasks without one)."""
 
     tokenizer: Tokenizer
     sandbox: Sandbox | None = None
+    workspace: Any = None
 
 
 Verifier = Callable[[Task, Trajectory, VerifierContext], Verdict]
@@ -51,9 +53,9 @@ class Answer:
 
 
 def read_answer(sample: Trajectory, ctx: VerifierContext) -> Answer:
-    """The completion up to its stop token. It counts only if the model ended it (finish reason
-    "stop", not cut off at max_tokens) and sampled no special token inside it."""
-    ids, special = list(sample.token_ids), ctx.tokenizer.special_ids
+    """The last assistant turn up to its stop token. It counts only if the model ended it
+    (finish reason "stop", not cut off by a budget) and sampled no special token inside it."""
+    ids, special = list(sample.answer_ids), ctx.tokenizer.special_ids
     if sample.finish_reason == "stop" and ids and ids[-1] in special:
         ids.pop()  # the eos (or stop token id) that ended it
     inside = [t for t in ids if t in special]
@@ -61,8 +63,8 @@ def read_answer(sample: Trajectory, ctx: VerifierContext) -> Answer:
         return Answer(ctx.tokenizer.decode(ids, skip_special_tokens=False),
                       f"special token {ctx.tokenizer.token(inside[0])!r} inside the answer")
     if sample.finish_reason != "stop":
-        return Answer(sample.text, f"the answer did not end (finish reason {sample.finish_reason!r})")
-    return Answer(sample.text, "")
+        return Answer(ctx.tokenizer.decode(ids), f"the answer did not end (finish reason {sample.finish_reason!r})")
+    return Answer(ctx.tokenizer.decode(ids), "")
 
 
 def exact_answer(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:

@@ -18,14 +18,16 @@ from typing import Any, Callable, Sequence
 
 import torch.multiprocessing as tmp
 
+from tempering.errors import UserError
+
 
 class Stall(RuntimeError):
     """A wait ran past its deadline; the message names the component that stalled."""
 
 
 class WorkerFailed(RuntimeError):
-    """A worker raised or died. `bad_input` is true when it raised ValueError (a config or input
-    problem, whose message says it all); otherwise `traceback` is what to read."""
+    """A worker raised or died. `bad_input` is true when it raised `UserError` (input the user
+    must fix, whose message says it all); otherwise `traceback` is what to read."""
 
     def __init__(self, worker: str, message: str, traceback: str = "", bad_input: bool = False):
         super().__init__(f"worker {worker}: {message}")
@@ -70,6 +72,14 @@ class BoundedQueue:
                     return False
                 if time.monotonic() > deadline:
                     raise Stall(f"{component}: queue stayed full for {timeout:g} s") from None
+
+    def try_put(self, item: Any) -> bool:
+        """Put without waiting; False when the queue is full."""
+        try:
+            self._q.put_nowait(item)
+            return True
+        except queue.Full:
+            return False
 
     def get(self, timeout: float, component: str, workers: Sequence[Worker] = (), stop: Any = None) -> Any:
         """The next item; None if `stop` was set meanwhile."""
@@ -132,5 +142,5 @@ def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> 
     try:
         target(*args)
     except BaseException as e:  # noqa: BLE001 - report everything to the parent, then exit non-zero
-        errors.put((name, isinstance(e, ValueError), f"{type(e).__name__}: {e}", traceback.format_exc()))
+        errors.put((name, isinstance(e, UserError), f"{type(e).__name__}: {e}", traceback.format_exc()))
         raise SystemExit(1) from None

@@ -16,12 +16,14 @@ import subprocess
 from dataclasses import dataclass
 
 from tempering.config import SandboxConfig
+from tempering.errors import UserError
 from tempering.sandbox import hierarchy
 from tempering.sandbox.bwrap import GUEST_UID, as_host_user
 
 
-class SandboxUnavailable(RuntimeError):
-    """Isolation was asked for but this machine cannot provide it; the message says what is missing."""
+class SandboxUnavailable(UserError):
+    """Isolation was asked for but this machine cannot provide it; the message says what is
+    missing (the user installs it, or chooses the unisolated backend explicitly)."""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from tempering.errors import UserError
 from tempering.records import Task
 
 
@@ -24,9 +25,9 @@ class Domain:
 
 
 def _load() -> dict[str, Domain]:
-    from tempering.tasks import arithmetic, code, sorting, strings
+    from tempering.tasks import arithmetic, code, files, sorting, strings
 
-    found = [arithmetic.DOMAIN, code.DOMAIN, sorting.DOMAIN, strings.DOMAIN]
+    found = [arithmetic.DOMAIN, code.DOMAIN, files.DOMAIN, sorting.DOMAIN, strings.DOMAIN]
     return {d.name: d for d in found}
 
 
@@ -35,5 +36,5 @@ DOMAINS: dict[str, Domain] = _load()
 
 def get_domain(name: str) -> Domain:
     if name not in DOMAINS:
-        raise ValueError(f"unknown task domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
+        raise UserError(f"unknown task domain {name!r} (known: {', '.join(sorted(DOMAINS))})")
     return DOMAINS[name]

@@ -9,37 +9,57 @@ from __future__ import annotations
 import random
 from typing import Callable, Sequence
 
+from tempering.errors import UserError
+from tempering.agent.format import ToolFormat
+from tempering.agent.tools import tool_schemas
 from tempering.buffer import pack
 from tempering.records import Batch, Task, Trajectory
+from tempering.rollout.environment import Environments
+from tempering.rollout.episode import Episode, replay
 from tempering.tokenizer import Tokenizer
 from tempering.trainer.step import StepStats, Trainer
 
 
-def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task]) -> Batch:
+def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task], fmt: ToolFormat | None = None) -> Batch:
     """Each task's prompt + reference + eos, packed like RL samples (loss on reference and eos).
-    The prompt ids are the rollout's (`encode_prompt`, BOS included where the tokenizer adds one)."""
+    The prompt ids are the rollout's (`encode_prompt`, BOS included where the tokenizer adds one).
+    A task with tools has a reference per assistant turn: the episode is replayed as a rollout
+    would play it (`fmt` renders the tool results, which carry no loss)."""
     rows = []
     for i, t in enumerate(tasks):
-        target = tokenizer.encode(t.reference or "") + [tokenizer.eos_id]
-        sample = Trajectory(task_id=t.id, domain=t.domain, sample_index=0,
-                            prompt_ids=tokenizer.encode_prompt(t.prompt, t.messages), token_ids=target,
-                            logprobs=[0.0] * len(target), loss_mask=[1] * len(target), versions=[-1] * len(target),
-                            text=t.reference or "", finish_reason="stop")
+        if t.tools:
+            sample = reference_episode(t, tokenizer, fmt).trajectory(" ".join(t.reference_turns))
+        else:
+            target = tokenizer.encode(t.reference or "") + [tokenizer.eos_id]
+            sample = Trajectory(task_id=t.id, domain=t.domain, sample_index=0,
+                                prompt_ids=tokenizer.encode_prompt(t.prompt, t.messages), token_ids=target,
+                                logprobs=[0.0] * len(target), loss_mask=[1] * len(target),
+                                versions=[-1] * len(target), text=t.reference or "", finish_reason="stop")
         rows.append((sample, 0.0, i))
     return pack(rows, tokenizer.pad_id)
 
 
+def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None) -> Episode:
+    if fmt is None:
+        raise ValueError(f"task {task.id} has tools: its SFT example needs a tool format")
+    hosts = Environments(None).open(task, 1, ("sft", None))
+    tools = tool_schemas(task.tools) if tokenizer.chat_template else None
+    episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
+                      1 << 30, fmt.parse, fmt.renderer, hosts[0] if hosts else None)
+    return replay(episode, task.reference_turns, tokenizer)
+
+
 def sft_warmup(trainer: Trainer, tokenizer: Tokenizer, examples: Sequence[Task], steps: int, batch_size: int,
                seed: int, on_step: Callable[[int, StepStats], None] | None = None,
-               stop: Callable[[], bool] = lambda: False) -> int:
+               stop: Callable[[], bool] = lambda: False, fmt: ToolFormat | None = None) -> int:
     """`steps` SFT steps, or fewer once `stop()` is true. -> the steps taken"""
     if not examples:
-        raise ValueError("sft.steps > 0 but the task mix has no reference completions to learn from")
+        raise UserError("sft.steps > 0 but the task mix has no reference completions to learn from")
     rng, examples = random.Random(seed), list(examples)
     for step in range(steps):
         if stop():
             return step
-        stats = trainer.sft_step(sft_batch(tokenizer, rng.sample(examples, min(batch_size, len(examples)))))
+        stats = trainer.sft_step(sft_batch(tokenizer, rng.sample(examples, min(batch_size, len(examples))), fmt))
         if on_step is not None:
             on_step(step, stats)
     return steps

@@ -44,3 +44,11 @@ def _windowed(window: int, sinks: int):
 def assert_matches_trainer(model, prompt, completion_output, temperature=1.0, **window):
     ref = reference_logprobs(model, prompt, completion_output.token_ids, temperature, **window)
     torch.testing.assert_close(torch.tensor(completion_output.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def finish(engine) -> list:
+    """Step until nothing is unfinished. -> the finished outputs, in the order they finished."""
+    done = []
+    while engine.has_unfinished():
+        done += [out for out in engine.step() if out.finished]
+    return done

@@ -74,12 +74,28 @@ def test_fork_shares_full_blocks_and_hands_out_one_for_the_partial_tail():
     assert bm.ensure(parent, 6)
     parent.num_computed = 6
     child = seq(range(7))
-    fresh = bm.fork(parent, child)
+    copies = bm.fork(parent, child)
     assert child.block_table[0] == parent.block_table[0] and bm.ref[parent.block_table[0]] == 2
-    assert fresh == child.block_table[1] and fresh != parent.block_table[1] and child.num_computed == 6
-    bm.release(parent)
-    bm.release(child)
+    fresh = child.block_table[1]
+    assert fresh != parent.block_table[1] and child.num_computed == 6
+    assert copies == [(parent.block_table[1], fresh, 2)]  # the runner copies the 2 filled slots
+    aligned = seq(range(9))
+    assert bm.fork(parent, aligned, upto=4) == [] and aligned.block_table == parent.block_table[:1]
+    for s in (parent, child, aligned):
+        bm.release(s)
     assert bm.num_available == 8
+
+
+def test_computed_commits_full_blocks_and_slides_the_window():
+    bm = BlockManager(num_blocks=64, block_size=4, window=16, sinks=2)
+    s = seq(range(100))
+    assert bm.ensure(s, 100)
+    bm.computed(s, 60, version=0)
+    assert s.num_computed == 60 and s.num_registered == 15  # 15 full blocks offered to the cache
+    bm.computed(s, 40, version=0)
+    assert s.num_computed == 100 and s.block_table[0] != DROPPED and s.block_table[-5] == DROPPED
+    bm.release(s)
+    assert bm.num_available == 64
 
 
 def test_sliding_window_frees_blocks_behind_the_window_but_keeps_sinks():

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from tempering.engine import LLM, SamplingParams
+from tempering.engine import LLM, CompletionOutput, RequestOutput, SamplingParams
 from tempering.engine.server import EngineLoop, Server
 from tempering.models import Arch, build_model
 from tempering.tokenizer import char_tokenizer
@@ -148,6 +148,45 @@ def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
         assert (tag, kind, len(out.outputs[0].token_ids)) == (1, "done", 2)
     finally:
         loop.stop()
+
+
+class _ScriptedEngine:
+    """Only the engine's public contract: add_request, step (cumulative outputs, unfinished ones
+    too), abort, has_unfinished. The loop must need nothing else."""
+
+    def __init__(self, steps: int):
+        self.steps, self.done, self.live = steps, 0, False
+
+    def add_request(self, ids, params):
+        self.live = True
+        return 7
+
+    def has_unfinished(self):
+        return self.live
+
+    def step(self):
+        self.done += 1
+        n, finished = self.done, self.done == self.steps
+        self.live = not finished
+        c = CompletionOutput(0, list(range(10, 10 + n)), [0.0] * n, [0] * n, "all" if finished else "",
+                             "length" if finished else None)
+        return [RequestOutput(7, [1, 2], [c], finished)]
+
+    def abort(self, request_id):
+        raise AssertionError("nothing to abort")
+
+
+def test_the_loop_streams_the_new_tokens_of_each_step_output():
+    loop = EngineLoop(_ScriptedEngine(steps=3))
+    loop.start()
+    events: queue.Queue = queue.Queue()
+    try:
+        loop.submit([1, 2], SamplingParams(max_tokens=3), events, 0, True)
+        got = [events.get(timeout=30)[1:] for _ in range(4)]
+    finally:
+        loop.stop()
+    assert got[:3] == [("delta", (0, [10])), ("delta", (0, [11])), ("delta", (0, [12]))]
+    assert got[3][0] == "done" and got[3][1].outputs[0].text == "all"
 
 
 def test_a_request_past_its_deadline_gets_504_and_is_cancelled():

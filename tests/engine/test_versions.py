@@ -1,8 +1,9 @@
 """Policy versions: no KV computed under an older version is ever reused; abort and resume."""
 
+import pytest
 import torch
 
-from engine_helpers import ARCH, assert_matches_trainer, random_prompts, reference_logprobs
+from engine_helpers import ARCH, assert_matches_trainer, finish, random_prompts, reference_logprobs
 from tempering.engine import LLM, SamplingParams
 from tempering.models import build_model
 
@@ -22,7 +23,7 @@ def test_prefix_cache_never_serves_kv_of_an_older_version():
     assert out.outputs[0].versions == [1] * 12
     assert_matches_trainer(new, prompt, out.outputs[0])
     # Same weights, new version number: still no reuse (the version is the salt, not the bytes).
-    engine.version = 2
+    engine.load_weights(new.state_dict(), version=2)
     engine.generate([prompt], GREEDY)
     assert engine.blocks.stats["hit_tokens"] == hits
 
@@ -35,9 +36,7 @@ def test_weights_loaded_mid_generation_recompute_running_sequences():
     for _ in range(6):
         engine.step()
     engine.load_weights(new.state_dict(), version=1)
-    done = []
-    while not done:
-        done = engine.step()
+    done = finish(engine)
     c = done[0].outputs[0]
     assert done[0].request_id == rid and c.versions[:6] == [0] * 6 and c.versions[6:] == [1] * 10
     # The tokens sampled under version 1 were scored by version 1 over the whole context.
@@ -64,9 +63,7 @@ def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights():
 
     engine.load_weights(new.state_dict(), version=1)
     rid2 = engine.add_request(prompt, params, resume=partial.outputs)
-    done = []
-    while not done:
-        done = engine.step()
+    done = finish(engine)
     assert done[0].request_id == rid2
     for before, after in zip(partial.outputs, done[0].outputs):
         assert after.token_ids[:5] == before.token_ids and len(after.token_ids) == 20
@@ -74,3 +71,13 @@ def test_abort_returns_partial_tokens_and_resume_continues_under_new_weights():
         assert after.logprobs[:5] == before.logprobs
         ref = reference_logprobs(new, prompt, after.token_ids)
         torch.testing.assert_close(torch.tensor(after.logprobs[5:]), ref[5:], atol=1e-4, rtol=0)
+
+
+def test_the_version_is_set_at_construction_and_changed_only_by_load_weights(model):
+    engine = LLM(model, max_seq_len=64, version=-1)  # the rollout worker's start: below any published version
+    assert engine.version == -1
+    with pytest.raises(AttributeError):
+        engine.version = 3
+    engine.load_weights(model.state_dict(), version=3)
+    out = engine.generate([[1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))[0]
+    assert engine.version == 3 and out.outputs[0].versions == [3, 3]

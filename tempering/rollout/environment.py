@@ -1,0 +1,72 @@
+"""Opening and closing the workspaces that a task's episodes act on.
+
+A task without tools has none. A task whose tools only read and write files gets a
+`WorkspaceHost` per episode (its files in memory; no sandbox, none started for it). A task that
+runs commands gets a sandbox session per episode, all starting from the same workspace; a
+Harbor-format task folder's environment is set up once (its Dockerfile interpreted, RUN lines
+executed in the sandbox) and reused for every later group of that task. Sessions are tagged with
+the sample they serve, so every sandbox execution can be joined to its sample.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from tempering.agent.tools import ToolHost, WorkspaceHost
+from tempering.records import Task
+from tempering.sandbox import Sandbox
+
+_SETUP_CACHE = 64  # Harbor environments kept set up (their workspaces are small archives)
+
+
+class Environments:
+    def __init__(self, sandbox: Sandbox | None):
+        self.sandbox = sandbox
+        self._setups: OrderedDict[str, Any] = OrderedDict()
+
+    def open(self, task: Task, n: int, key: Any) -> list[ToolHost] | None:
+        env = task.environment
+        if not task.tools:
+            return None
+        if "run" not in task.tools and (env is None or not env.folder):
+            files = {name: text.encode() for name, text in (env.files if env else ())}
+            return [WorkspaceHost(files, env.workdir if env else "/workspace") for _ in range(n)]
+        if self.sandbox is None:
+            raise RuntimeError(f"task {task.id} runs commands but no sandbox was started (its domain must say "
+                               "sandbox=True)")
+        from tempering.sandbox.session import ExecTag, SessionSpec
+        from tempering.sandbox.workspace import Workspace
+
+        if env is not None and env.folder:
+            spec = self._harbor(env.folder)
+        else:
+            files = {name: text.encode() for name, text in (env.files if env else ())}
+            spec = SessionSpec(workdir=env.workdir if env else "/workspace", workspace=Workspace.from_files(files))
+        kind, where = key
+        b = task.budget
+        return [self.sandbox.open_session(_with(spec, cpu_s=b.cpu_s, wall_s=b.wall_s, max_commands=8 * b.max_turns,
+                                                tag=ExecTag(sample=f"{task.id}/{i}", batch=where if kind == "train" else None,
+                                                            eval=where if kind == "eval" else "")))
+                for i in range(n)]
+
+    def close(self, host: ToolHost) -> None:
+        close = getattr(host, "close", None)
+        if close is not None:
+            close()
+
+    def _harbor(self, folder: str) -> Any:
+        if folder not in self._setups:
+            from tempering.tasks.harbor import setup_session_spec
+
+            self._setups[folder] = setup_session_spec(folder, self.sandbox)
+            while len(self._setups) > _SETUP_CACHE:
+                self._setups.popitem(last=False)
+        self._setups.move_to_end(folder)
+        return self._setups[folder]
+
+
+def _with(spec: Any, **changes) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)
