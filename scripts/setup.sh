@@ -21,3 +21,7 @@ PYTHON=${PYTHON:-python3}
 # picks PyTorch's CPU wheels.
 .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test]"
+# The sandbox's read-only toolchain (.toolchain: pytest and installer shims for task folders).
+# Offline, an earlier build is kept (refreshed); without one, tasks that need it are skipped.
+.venv/bin/python -m tempering.sandbox.toolchain.build \
+  || echo "setup: the sandbox toolchain was not built (offline?); Harbor tasks that need pytest will be skipped" >&2

@@ -1,4 +1,4 @@
-"""The `tempering` command: train | serve | generate | tasks | sandbox.
+"""The `tempering` command: train | serve | generate | tasks [run-folder | import] | sandbox.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -16,6 +16,11 @@ from tempering.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tasks"] and argv[1:2] in (["run-folder"], ["import"]):  # tasks.harbor.cli.ACTIONS
+        from tempering.tasks.harbor.cli import main as harbor_main
+
+        return harbor_main(argv[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -39,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=1)
     p.set_defaults(handler=_generate)
 
-    p = sub.add_parser("tasks", help="list task domains, or show examples of one")
+    p = sub.add_parser("tasks", help="list task domains, or show examples of one; run-folder / import: Harbor "
+                       "task folders (tempering tasks run-folder --help)")
     p.add_argument("domain", nargs="?")
     p.add_argument("--count", type=int, default=3)
     p.set_defaults(handler=_tasks)

@@ -4,13 +4,17 @@ A backend takes an `ExecRequest` and always returns an `ExecResult`; failures of
 itself come back as `reason=sandbox_error`, never as exceptions, because this is a deliberate
 fault boundary. The default backend isolates each job with bubblewrap, cgroups and seccomp
 and keeps warm sandboxes (`isolated`); `make_sandbox` raises `SandboxUnavailable`, naming
-what is missing, when this machine cannot isolate. This package does not decide what a
+what is missing, when this machine cannot isolate. A `Session` (`Sandbox.open_session`) gives
+an episode a persistent `Workspace` over many such jobs. This package does not decide what a
 program's output means (verifiers do).
 """
 
 from __future__ import annotations
 
-from tempering.sandbox.request import ExecRequest, Sandbox
+from tempering.sandbox.request import Abort, ExecRequest, ExecTag, Mount, Sandbox
+from tempering.sandbox.session import Session, SessionSpec, SessionUsage
+from tempering.sandbox.workspace import Workspace
 from tempering.sandbox.factory import SandboxUnavailable, make_sandbox
 
-__all__ = ["ExecRequest", "Sandbox", "SandboxUnavailable", "make_sandbox"]
+__all__ = ["Abort", "ExecRequest", "ExecTag", "Mount", "Sandbox", "SandboxUnavailable", "Session", "SessionSpec",
+           "SessionUsage", "Workspace", "make_sandbox"]

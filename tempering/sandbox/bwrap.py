@@ -8,7 +8,10 @@ down with each job's mount namespace. `command` builds the bwrap argv: every nam
 unshared (user, pid, net, ipc, uts, cgroup), no further user namespaces, a clean environment,
 a new session, only the system directories and that /etc bound read-only, a read-only /dev
 and root, and the zygote as the program; `as_host_user` starts it as the unprivileged host
-uid. Per-job mounts are the guest's (`guest.job`).
+uid. Per-job mounts are the guest's (`guest.job`). A sandbox that serves sessions (`late`)
+differs in three ways: its inits keep CAP_SYS_CHROOT too until the job arrives, its root has
+an empty NEWROOT on which they assemble a job's own root (`guest.rootfs`), and the toolchain,
+if any, is bound read-only at TOOLCHAIN_MOUNT.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pathlib import Path
 from tempering.sandbox import guest
 
 GUEST_ROOT = "/opt/tempering"  # the staged guest package appears here inside the sandbox
+TOOLCHAIN_MOUNT = "/opt/toolchain"  # where a session sees the toolchain (`toolchain`)
+NEWROOT = "/.newroot"  # guest.rootfs.NEWROOT
 GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec grants no capabilities)
 PATH = "/usr/local/bin:/usr/bin:/bin"
 # The zygote's locale and the jobs' default one (job.BASE_ENV), so that a job run in a fork of
@@ -100,14 +105,18 @@ def as_host_user(run_as: tuple[int, int] | None) -> dict:
 
 
 def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str, ...],
-            disk_mb: int, disable_userns: bool) -> list[str]:
-    """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd."""
+            disk_mb: int, disable_userns: bool, late: bool = False, toolchain: str | None = None) -> list[str]:
+    """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd.
+    `late`: a sandbox for sessions (inits confined once their job has arrived), with
+    `toolchain` (a host directory) bound at TOOLCHAIN_MOUNT."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(GUEST_UID), "--gid", str(GUEST_UID),
             "--hostname", "sandbox", "--new-session", "--clearenv", "--setenv", "PATH", PATH,
             "--setenv", "LANG", LOCALE,
             # Only the zygote and each job's init hold these, to mount per-job filesystems;
             # they are dropped (bounding set included) before any job code runs.
             "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    if late:
+        argv += ["--cap-add", "CAP_SYS_CHROOT"]  # to enter the job's own root (guest.rootfs)
     if disable_userns:
         argv.append("--disable-userns")
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -120,7 +129,9 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
     argv += ["--ro-bind", str(staging.root / "guest"), f"{GUEST_ROOT}/guest"]
     for path in ro_paths:
         argv += ["--ro-bind", path, path]
+    if late and toolchain:
+        argv += ["--ro-bind", toolchain, TOOLCHAIN_MOUNT]
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-             "--dir", "/workspace", "--dir", "/tmp", "--remount-ro", "/",
-             guest_python, "-I", "-S", "-B", "-c", _ZYGOTE_MAIN, "{fd}", str(disk_mb)]
+             "--dir", "/workspace", "--dir", "/tmp", *(["--dir", NEWROOT] if late else []), "--remount-ro", "/",
+             guest_python, "-I", "-S", "-B", "-c", _ZYGOTE_MAIN, "{fd}", str(disk_mb), *(["late"] if late else [])]
     return argv

@@ -114,6 +114,11 @@ class Tree:
         if idle:  # otherwise a pass is due within 10 ms anyway
             self._wake.set()
 
+    @property
+    def dirs(self) -> list[str]:
+        """The subtree's directory in each hierarchy (one for v2)."""
+        return _unique(self._bases)
+
     def adopt(self, pid: int) -> None:
         """Move a long-lived sandbox process (a zygote) into the tree, so close() ends it."""
         self.zygotes.add(pid)

@@ -3,10 +3,10 @@
 The init is already idle in its namespaces and inside a fresh cgroup (`zygote.Prepared`). This
 module writes the job's limits into that cgroup, makes the job's stdio pipes and hands the
 init their other ends and the spec, then pumps stdin, stdout and stderr without blocking while
-enforcing the wall-clock deadline and the output cap from the host: either ends the job by
-killing every process of its cgroup but the init, which then reports. The init's report
-gives the exit status and collected files; the cgroup gives peak memory, CPU time and OOM
-kills. Failures of the machinery return `sandbox_error`, never raise. It does not choose or
+enforcing the wall-clock deadline, the output cap and the caller's `Abort` from the host: each
+ends the job by killing every process of its cgroup but the init, which then reports. The
+init's report gives the exit status, collected files and the archives of collected mounts
+(its raw tail); the cgroup gives peak memory, CPU time and OOM kills. Failures of the machinery return `sandbox_error`, never raise. It does not choose or
 prepare inits (the pool and the zygote do) or write the telemetry log (the backend does).
 """
 
@@ -23,7 +23,7 @@ from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.bwrap import LOCALE, PATH
 from tempering.sandbox.cgroups import CgroupError, Stats
 from tempering.sandbox.guest import wire
-from tempering.sandbox.request import ExecRequest, exit_reason
+from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, exit_reason
 from tempering.sandbox.zygote import Prepared
 
 BASE_ENV = {"PATH": PATH, "HOME": "/workspace", "TMPDIR": "/tmp", "LANG": LOCALE, "USER": "sandbox",
@@ -53,13 +53,14 @@ class Outcome:
 
 
 def execute(prepared: Prepared, req: ExecRequest, settings: Settings,
-            dispatched: Callable[[], None] = lambda: None) -> Outcome:
+            dispatched: Callable[[], None] = lambda: None, abort: Abort | None = None) -> Outcome:
     """Run `req` on a prepared init (consumed). `dispatched` is called once the job is handed
-    over: the caller may then have the next init prepared while this job runs."""
+    over: the caller may then have the next init prepared while this job runs. `abort`
+    fired ends the job (reason killed)."""
     started = time.monotonic()
     channels = _Channels()
     try:
-        return _run(prepared, req, channels, settings, started, dispatched)
+        return _run(prepared, req, channels, settings, started, dispatched, abort)
     except (OSError, CgroupError, wire.ProtocolError) as e:
         return Outcome(_error(f"{type(e).__name__}: {e}"), healthy=False)
     finally:
@@ -68,34 +69,48 @@ def execute(prepared: Prepared, req: ExecRequest, settings: Settings,
 
 
 def _run(prepared: Prepared, req: ExecRequest, ch: "_Channels", settings: Settings, started: float,
-         dispatched: Callable[[], None]) -> Outcome:
+         dispatched: Callable[[], None], abort: Abort | None) -> Outcome:
     prepared.group.limit(req.memory_mb << 20, req.pids, settings.cpus)
     sock = prepared.sock
     sock.settimeout(settings.setup_timeout_s)
     wire.send_fds(sock, wire.JOB, ch.guest_fds)
     ch.close_guest_ends()
-    wire.send_frame(sock, _spec(req, settings))
+    spec, tail = _spec(req, settings)
+    wire.send_frame(sock, spec)
+    if tail:
+        sock.sendall(tail)
     go = time.monotonic()
     dispatched()
-    pump = _Pump(ch, req, prepared, settings)
+    pump = _Pump(ch, req, prepared, settings, abort)
     pump.run(go + req.time_limit_s)
     wall = time.monotonic() - go
     stats = prepared.group.stats()
     return _outcome(req, pump, stats, wall, settings, setup_s=go - started)
 
 
-def _spec(req: ExecRequest, settings: Settings) -> dict:
+def _spec(req: ExecRequest, settings: Settings) -> tuple[dict, bytes]:
+    """The spec frame and its raw tail (the mounts' archives, one after the other)."""
     mem = req.memory_mb << 20
     cpu = int(req.time_limit_s) + 1  # backstop only: the host's deadline comes first
-    return {
+    disk = max([settings.disk_mb, *(m.size_mb for m in req.mounts)]) << 20
+    spec = {
         "argv": list(req.command), "env": {**BASE_ENV, **req.env},
         "files": wire.encode_files(dict(req.files)), "collect": list(req.collect),
         "collect_limit": settings.collect_limit_bytes, "python_fast_path": settings.python_fast_path,
         # RLIMIT_AS is a loose backstop (4x): the cgroup is the real memory limit, and a tight
         # address-space limit breaks runtimes that reserve virtual memory up front.
         "rlimits": {"AS": [max(4 * mem, 1 << 30)] * 2, "CPU": [cpu, cpu + 1],
-                    "FSIZE": [settings.disk_mb << 20] * 2, "CORE": [0, 0], "NOFILE": [1024, 1024]},
+                    "FSIZE": [disk] * 2, "CORE": [0, 0], "NOFILE": [1024, 1024]},
     }
+    if req.workdir != DEFAULT_WORKDIR:
+        spec["workdir"] = req.workdir
+    if not req.mounts:
+        return spec, b""
+    spec["mounts"] = [{"path": m.path, "writable": m.writable, "collect": m.collect, "size_mb": m.size_mb,
+                       "size": len(m.content.archive), "limit": m.archive_limit} for m in req.mounts]
+    tail = b"".join(m.content.archive for m in req.mounts)
+    spec["tail"] = len(tail)
+    return spec, tail
 
 
 class _Channels:
@@ -125,13 +140,15 @@ class _Channels:
 class _Pump:
     """Moves bytes between the host and a running job until the guest reports."""
 
-    def __init__(self, ch: _Channels, req: ExecRequest, prepared: Prepared, settings: Settings) -> None:
-        self.ch, self.req, self.settings = ch, req, settings
+    def __init__(self, ch: _Channels, req: ExecRequest, prepared: Prepared, settings: Settings,
+                 abort: Abort | None) -> None:
+        self.ch, self.req, self.settings, self.abort = ch, req, settings, abort
         self.sock, self.group, self.init = prepared.sock, prepared.group, prepared.pid
         self.out, self.err = bytearray(), bytearray()
         self.seen = 0  # output bytes received, kept or not
         self.ended_by: ExecReason | None = None
-        self.report = wire.FrameReader(settings.collect_limit_bytes * 2 + (1 << 20))
+        tail_limit = sum(m.archive_limit for m in req.mounts if m.collect)
+        self.report = wire.FrameReader(settings.collect_limit_bytes * 2 + (1 << 20), tail_limit)
         self.guest_gone = False
         self.guest_error = False  # the init could not start the job and sends ERROR + {"error"}
         self.heard = False
@@ -150,11 +167,15 @@ class _Pump:
             poll.register(ch.stdin_w, select.POLLOUT)
         else:
             ch.close_fd(ch.stdin_w)
+        if self.abort is not None:
+            poll.register(self.abort.fileno(), select.POLLIN)
         final = None  # after a kill: how long the guest has left to report
         while self.report.frame is None and not self.guest_gone:
             now = time.monotonic()
             if self.ended_by is None and now >= deadline:
                 self._end(ExecReason.TIMEOUT)
+            if self.ended_by is None and self.abort is not None and self.abort.fired:
+                self._end(ExecReason.KILLED)
             if self.ended_by is not None and final is None:
                 final = time.monotonic() + self.settings.grace_s
             if final is not None and now >= final:
@@ -168,7 +189,9 @@ class _Pump:
 
     def _service(self, poll: select.poll, fd: int) -> None:
         ch = self.ch
-        if fd == self.sock.fileno():
+        if self.abort is not None and fd == self.abort.fileno():
+            poll.unregister(fd)  # seen: `fired` ends the job at the top of the loop
+        elif fd == self.sock.fileno():
             try:
                 data = self.sock.recv(_CHUNK)
             except BlockingIOError:
@@ -236,10 +259,27 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     exit_code = os.waitstatus_to_exitcode(status)
     files = wire.decode_files(frame.get("files", {}), settings.collect_limit_bytes)
     skipped = frame.get("skipped", {})
+    archives, error = _archives(frame, pump.report.tail)
     reason = pump.ended_by or exit_reason(exit_code, stats.oom_kills > 0 or "MemoryError" in stderr[-2000:])
-    result = ExecResult(reason=reason, exit_code=exit_code, files=files, **common)
+    result = ExecResult(reason=reason, exit_code=exit_code, files=files, archives=archives, error=error, **common)
     return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
                    setup_s=setup_s, in_process=frame.get("in_process") is True)
+
+
+def _archives(frame: dict, tail: bytes) -> tuple[dict[str, bytes], str]:
+    """The collected mounts' archives (path -> bytes) from the report's tail, and why any
+    could not be packed (the guest's words: too large, unreadable)."""
+    sizes = frame.get("archives", {})
+    if not isinstance(sizes, dict) or not all(isinstance(n, int) and n >= 0 for n in sizes.values()):
+        raise wire.ProtocolError(f"report with malformed archive sizes: {sizes!r}")
+    if sum(sizes.values()) != len(tail):
+        raise wire.ProtocolError(f"report's archives hold {sum(sizes.values())} bytes, its tail {len(tail)}")
+    archives, at = {}, 0
+    for path, n in sizes.items():
+        archives[path], at = tail[at:at + n], at + n
+    errors = frame.get("archive_errors") or {}
+    error = "; ".join(f"{path} was not packed: {why}" for path, why in errors.items()) if isinstance(errors, dict) else ""
+    return archives, error
 
 
 def _error(message: str, **fields) -> ExecResult:

@@ -1,14 +1,69 @@
-"""What a sandbox is asked to run (`ExecRequest`), what every backend provides (`Sandbox`) and
-how every backend reads the exit status of a program that ended by itself (`exit_reason`)."""
+"""What a sandbox is asked to run (`ExecRequest`, with its `Mount`s and `ExecTag`), what every
+backend provides (`Sandbox`), how a caller ends a run early (`Abort`) and how every backend
+reads the exit status of a program that ended by itself (`exit_reason`)."""
 
 from __future__ import annotations
 
+import os
+import posixpath
 import signal
+import threading
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest.collect import check_name
+from tempering.sandbox.workspace import Workspace
+
+if TYPE_CHECKING:
+    from tempering.sandbox.session import Session, SessionSpec
+
+DEFAULT_WORKDIR = "/workspace"
+# Paths the sandbox itself owns (or mounts per job): no Mount may lie at or under them.
+RESERVED_PATHS = ("/proc", "/dev", "/sys", "/tmp", "/opt/tempering", "/opt/toolchain", "/.newroot")
+
+
+@dataclass(frozen=True)
+class ExecTag:
+    """Joins an execution to its sample in sandbox.jsonl (telemetry only; it changes nothing
+    about the run)."""
+
+    sample: str = ""  # the sample id (task id + sample index); "" when not a sample
+    turn: int = -1  # the episode turn that issued it (-1: set-up or verification)
+    batch: int | None = None  # the rollout batch (training step) it belongs to; resume rewinds by it
+    eval: str = ""  # the evaluation label ("baseline", "final", "step-000010") for eval samples
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A fresh filesystem (a tmpfs of `size_mb`) at absolute `path` for one run, holding
+    `content`; read-only unless `writable`. A writable one with `collect` comes back packed as a
+    tar archive in `ExecResult.archives[path]` (at most `archive_limit` bytes). Read-only
+    content must come from the host (a task folder): it is unpacked before the job's init
+    drops its privileges (writable content is unpacked after)."""
+
+    path: str
+    content: Workspace = field(default_factory=Workspace)
+    writable: bool = False
+    collect: bool = False
+    size_mb: int = 64
+
+    def __post_init__(self) -> None:
+        p = self.path
+        if not p.startswith("/") or p == "/" or posixpath.normpath(p) != p or "\0" in p:
+            raise ValueError(f"Mount.path {p!r} must be an absolute, normalised path other than /")
+        if any(p == r or p.startswith(r + "/") for r in RESERVED_PATHS):
+            raise ValueError(f"Mount.path {p!r} lies in the sandbox's own {', '.join(RESERVED_PATHS)}")
+        if self.collect and not self.writable:
+            raise ValueError(f"Mount {p!r}: only a writable mount can be collected")
+        if not 1 <= self.size_mb <= 1 << 20:
+            raise ValueError(f"Mount {p!r}: size_mb must be in [1, {1 << 20}], got {self.size_mb}")
+
+    @property
+    def archive_limit(self) -> int:
+        """The most a packed archive of this filesystem may hold: its content plus tar headers
+        for as many files as a tmpfs of this size may hold (16384 inodes)."""
+        return (self.size_mb << 20) * 2 + (8 << 20)
 
 
 @dataclass(frozen=True)
@@ -16,7 +71,12 @@ class ExecRequest:
     """One program run. `files` are written into a fresh workspace (the working directory);
     files named in `collect` (workspace-relative) are read back after the run. Limits: wall
     clock (`time_limit_s`), memory including the job's tmpfs files (`memory_mb`), processes and
-    threads (`pids`), and stdout plus stderr together (`output_limit_bytes`)."""
+    threads (`pids`), and stdout plus stderr together (`output_limit_bytes`).
+
+    `mounts` adds filesystems at absolute paths (a session's workspace, a task's hidden tests,
+    a log directory to read back); `workdir` is the working directory, /workspace or one of the
+    mounts (or inside one), where `files` go and `collect` names are read. `tag` labels the
+    run in the sandbox's telemetry."""
 
     command: tuple[str, ...]
     files: Mapping[str, bytes] = field(default_factory=dict)
@@ -27,19 +87,30 @@ class ExecRequest:
     pids: int = 64
     output_limit_bytes: int = 65536
     collect: tuple[str, ...] = ()
+    workdir: str = DEFAULT_WORKDIR
+    mounts: tuple[Mount, ...] = ()
+    tag: ExecTag = field(default_factory=ExecTag)
 
     def __post_init__(self) -> None:
-        if not self.command:
-            raise ValueError("ExecRequest.command must name a program")
+        self._check_limits()
+        self._check_mounts()
+    def _check_limits(self) -> None:
+        if not self.command or isinstance(self.command, str):
+            raise ValueError("ExecRequest.command must name a program (a non-empty tuple of arguments)")
         if self.time_limit_s <= 0 or self.memory_mb <= 0 or self.output_limit_bytes <= 0:
-            raise ValueError(f"ExecRequest limits must be positive: {self}")
+            raise ValueError(f"ExecRequest limits must be positive: time_limit_s={self.time_limit_s}, "
+                             f"memory_mb={self.memory_mb}, output_limit_bytes={self.output_limit_bytes}")
         if self.pids <= 0:
             raise ValueError(f"ExecRequest.pids must be positive: {self.pids}")
-        # The job's init holds the files (encoded and decoded) while writing them into the
-        # job's tmpfs, all inside the job's memory limit.
+        # The job's init holds the files (encoded and decoded) and the archives (raw, then
+        # unpacked into a tmpfs) inside the job's memory limit.
         size = sum(len(data) for data in self.files.values())
         if size * 4 > self.memory_mb << 20:
             raise ValueError(f"ExecRequest.files hold {size} bytes: more than a quarter of memory_mb={self.memory_mb}")
+        packed = sum(len(m.content.archive) for m in self.mounts)
+        if size * 4 + packed * 3 > self.memory_mb << 20:
+            raise ValueError(f"ExecRequest.mounts hold {packed} bytes of archives: with the files, more than "
+                             f"memory_mb={self.memory_mb} holds (archives count 3 times: raw, unpacked, packed back)")
         for name in (*self.files, *self.collect):
             try:
                 check_name(name)  # the same check the guest makes before writing or reading a file
@@ -49,14 +120,60 @@ class ExecRequest:
             if not key or "=" in key or "\0" in key or "\0" in value:
                 raise ValueError(f"ExecRequest.env entry {key!r} is not a valid environment variable")
 
+    def _check_mounts(self) -> None:
+        paths = [m.path for m in self.mounts]
+        for i, p in enumerate(paths):
+            for q in paths[i + 1:]:
+                if p == q or q.startswith(p + "/") or p.startswith(q + "/"):
+                    raise ValueError(f"ExecRequest.mounts {p!r} and {q!r} overlap")
+        w = self.workdir
+        if not w.startswith("/") or posixpath.normpath(w) != w or "\0" in w:
+            raise ValueError(f"ExecRequest.workdir {w!r} must be an absolute, normalised path")
+        if w != DEFAULT_WORKDIR and not any(w == p or w.startswith(p + "/") for p in paths):
+            raise ValueError(f"ExecRequest.workdir {w!r} must be {DEFAULT_WORKDIR} or lie in one of the mounts {paths}")
+
+
+class Abort:
+    """Ends the runs it is passed to: `fire()`, from any thread, makes a run in progress end at
+    once with reason `killed` (and every later run given it, before it starts). A pipe, so a
+    backend waits on it together with the job's output. `close()` once no run uses it."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._lock = threading.Lock()
+        self.fired = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def fire(self) -> None:
+        with self._lock:  # never write to a closed descriptor: its number may be reused
+            self.fired = True
+            if self._write >= 0:
+                try:
+                    os.write(self._write, b"x")
+                except BlockingIOError:
+                    pass  # the pipe is full: it is readable either way
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in (self._read, self._write):
+                if fd >= 0:
+                    os.close(fd)
+            self._read = self._write = -1
+
 
 class Sandbox(Protocol):
     """A backend. `run` may be called from many threads at once and never raises for what the
-    program does or for its own failures (those are `reason=sandbox_error`); `close` ends it."""
+    program does or for its own failures (those are `reason=sandbox_error`); `abort`, when
+    given, ends the run early (reason `killed`). `open_session` gives an episode a persistent
+    workspace over many runs (`session.Session`); `close` ends the backend."""
 
     name: str
 
-    def run(self, request: ExecRequest) -> ExecResult: ...
+    def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult: ...
+
+    def open_session(self, spec: "SessionSpec") -> "Session": ...
 
     def close(self) -> None: ...
 

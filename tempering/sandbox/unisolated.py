@@ -2,12 +2,13 @@
 
 It does NOT isolate anything: the program sees the host filesystem, network and processes.
 It exists for trusted code and for machines without bubblewrap, and the factory refuses it for
-untrusted code unless `sandbox.allow_unisolated = true` says so explicitly.
+untrusted code unless `sandbox.allow_unisolated = true` says so explicitly. Its sessions get a
+workspace only as the working directory (a temporary directory, /workspace as far as the
+session is concerned): it cannot put filesystems at absolute paths, and refuses to.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import selectors
 import shutil
@@ -19,9 +20,11 @@ from pathlib import Path
 
 from tempering.config import SandboxConfig
 from tempering.records import ExecReason, ExecResult
-from tempering.sandbox.guest import collect
-from tempering.sandbox.request import ExecRequest, exit_reason
+from tempering.sandbox.guest import archive, collect
+from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, exit_reason
+from tempering.sandbox.session import Session, SessionDefaults, SessionSpec
 from tempering.sandbox.telemetry import ExecLog
+from tempering.sandbox.toolchain import Toolchain
 
 _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -29,30 +32,46 @@ _BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHOND
 class UnisolatedSandbox:
     name = "unisolated"
 
-    def __init__(self, cfg: SandboxConfig | None = None, log_dir: str | Path | None = None) -> None:
-        """Of `cfg` (default: the defaults) only the file-size and collect limits apply here."""
-        cfg = cfg or SandboxConfig()
+    def __init__(self, cfg: SandboxConfig | None = None, log_dir: str | Path | None = None,
+                 toolchain: Toolchain | None = None) -> None:
+        """Of `cfg` (default: the defaults) only the file-size and collect limits, and the
+        per-command defaults of sessions, apply here."""
+        self._cfg = cfg = cfg or SandboxConfig()
         self._disk_bytes, self._collect_limit = cfg.disk_mb << 20, cfg.collect_limit_bytes
         self._log = ExecLog(log_dir) if log_dir is not None else None
-        self._ids = itertools.count()
+        self._toolchain = toolchain
 
-    def run(self, request: ExecRequest) -> ExecResult:
+    def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult:
         workspace = Path(tempfile.mkdtemp(prefix="tempering-ws-"))
         try:
-            result = self._run_in(workspace, request)
-        except OSError as e:
-            result = ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=f"{type(e).__name__}: {e}")
+            refused = _refusal(request)
+            result = _error(refused) if refused else self._run_in(workspace, request, abort)
+        except (OSError, ValueError) as e:
+            result = _error(f"{type(e).__name__}: {e}")
         finally:
             shutil.rmtree(workspace, ignore_errors=True)
         if self._log is not None:
-            self._log.write(next(self._ids), self.name, request, result)
+            self._log.write(self.name, request, result)
         return result
+
+    def open_session(self, spec: SessionSpec) -> Session:
+        if spec.workdir != DEFAULT_WORKDIR or spec.mounts:
+            raise ValueError(f"the unisolated backend gives a session its workspace as the working directory only: "
+                             f"workdir must be {DEFAULT_WORKDIR} and mounts empty (got workdir={spec.workdir!r}, "
+                             f"mounts={[m.path for m in spec.mounts]}); absolute paths need sandbox.backend = 'bwrap'")
+        cfg, tc = self._cfg, self._toolchain
+        return Session(self, spec, SessionDefaults(
+            time_limit_s=cfg.time_limit_s, memory_mb=cfg.memory_mb, pids=cfg.pids,
+            output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus,
+            env=tc.session_env(str(tc.root)) if tc else {}, home=None))
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
 
-    def _run_in(self, workspace: Path, req: ExecRequest) -> ExecResult:
+    def _run_in(self, workspace: Path, req: ExecRequest, abort: Abort | None) -> ExecResult:
+        for m in req.mounts:  # only the workspace itself (see _refusal)
+            archive.extract(str(workspace), m.content.archive)
         for name, data in req.files.items():
             target = workspace / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -64,22 +83,39 @@ class UnisolatedSandbox:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, close_fds=True,
         )
-        out, err, ended_by, peak_kb = _pump(proc, req, start + req.time_limit_s)
-        _kill_group(proc.pid)
-        _, status, usage = os.wait4(proc.pid, 0)
+        out, err, ended_by, peak_kb = _pump(proc, req, start + req.time_limit_s, abort)
+        waited = _exit_of(proc.pid, start + req.time_limit_s) if ended_by is None else None
+        if ended_by is None and waited is None:
+            ended_by = ExecReason.TIMEOUT
+        _kill_group(proc.pid)  # what it left running in the background
+        _, status, usage = waited or os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen does not wait again
         wall = time.monotonic() - start
         stderr = err.decode(errors="replace")
         oom = "MemoryError" in stderr or "Cannot allocate memory" in stderr
         reason = ended_by or exit_reason(proc.returncode, oom)
         files, _skipped = collect.collect(str(workspace), list(req.collect), self._collect_limit)
+        archives = {m.path: archive.pack(str(workspace), m.archive_limit)[0] for m in req.mounts if m.collect}
         return ExecResult(
             reason=reason, exit_code=proc.returncode,
             stdout=out.decode(errors="replace"), stderr=stderr,
             truncated=ended_by == ExecReason.OUTPUT_LIMIT, wall_s=wall,
             cpu_s=usage.ru_utime + usage.ru_stime, peak_memory_mb=peak_kb / 1024.0,
-            start="cold", files=files,
+            start="cold", files=files, archives=archives,
         )
+
+
+def _refusal(req: ExecRequest) -> str:
+    """Why this backend cannot run `req` ("" if it can): it has no filesystems to mount."""
+    others = [m.path for m in req.mounts if m.path != req.workdir or req.workdir != DEFAULT_WORKDIR]
+    if others:
+        return (f"the unisolated backend cannot provide {', '.join(others)}: only the workspace at "
+                f"{DEFAULT_WORKDIR} (absolute paths need sandbox.backend = 'bwrap')")
+    return ""
+
+
+def _error(message: str) -> ExecResult:
+    return ExecResult(reason=ExecReason.SANDBOX_ERROR, exit_code=None, error=message)
 
 
 def _limits(req: ExecRequest, file_bytes: int) -> list[str]:
@@ -90,24 +126,32 @@ def _limits(req: ExecRequest, file_bytes: int) -> list[str]:
     return ["prlimit", f"--as={mem}", f"--cpu={cpu}", "--core=0", f"--fsize={file_bytes}", "--"]
 
 
-def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
-    """Feed stdin and read stdout/stderr, without blocking, until EOF, the deadline or the output cap."""
+def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float, abort: Abort | None):
+    """Feed stdin and read stdout/stderr, without blocking, until EOF, the deadline, the output
+    cap or `abort`."""
     sel = selectors.DefaultSelector()
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     for f in (*bufs, proc.stdin):
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_WRITE if f is proc.stdin else selectors.EVENT_READ)
+    if abort is not None:
+        sel.register(abort, selectors.EVENT_READ)
     stdin = memoryview(req.stdin)
     ended_by = None
     peak_kb = seen = 0
     cap = req.output_limit_bytes  # stdout and stderr together, kept in the order they came
-    while sel.get_map():
+    while len(sel.get_map()) > (abort is not None):
         peak_kb = max(peak_kb, _high_water_kb(proc.pid))
         left = deadline - time.monotonic()
         if left <= 0:
             ended_by = ExecReason.TIMEOUT
             break
+        if abort is not None and abort.fired:
+            ended_by = ExecReason.KILLED
+            break
         for key, _ in sel.select(timeout=min(left, 0.5)):
+            if key.fileobj is abort:
+                continue  # `fired` ends the run at the top of the loop
             if key.fileobj is proc.stdin:
                 stdin = _feed(sel, proc.stdin, stdin)
                 continue
@@ -123,6 +167,21 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float):
     sel.close()
     proc.stdin.close()
     return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), ended_by, peak_kb
+
+
+def _exit_of(pid: int, deadline: float) -> tuple | None:
+    """wait4's result once `pid` exits by the deadline, else None. A program closes its output
+    before it exits (coreutils closes stdout and stderr in an atexit handler): killing it at end
+    of output would end it by SIGKILL."""
+    delay = 0.0005
+    while True:
+        found = os.wait4(pid, os.WNOHANG)
+        if found[0]:
+            return found
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _feed(sel: selectors.BaseSelector, pipe, data: memoryview) -> memoryview:

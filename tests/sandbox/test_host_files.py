@@ -38,7 +38,7 @@ def test_the_log_holds_sizes_and_names_not_contents(tmp_path):
                       stdin=STDIN_MARK.encode())
     result = ExecResult(reason=ExecReason.OK, exit_code=0, stdout="out", files={"out.txt": b"collected"})
     log = ExecLog(tmp_path)
-    log.write(0, "bwrap", req, result)
+    log.write("bwrap", req, result)
     log.close()
     text = (tmp_path / FILENAME).read_text()
     assert not any(mark in text for mark in (SOURCE_MARK, FILE_MARK, STDIN_MARK, "collected")), text
@@ -51,7 +51,7 @@ def test_a_log_that_cannot_be_written_warns_once_and_never_fails_a_run(tmp_path,
     (tmp_path / FILENAME).symlink_to("/dev/full")  # every write fails with ENOSPC
     log = ExecLog(tmp_path)
     result = ExecResult(reason=ExecReason.OK, exit_code=0)
-    for job in range(3):
-        log.write(job, "bwrap", ExecRequest(command=("true",)), result)
+    for _ in range(3):
+        log.write("bwrap", ExecRequest(command=("true",)), result)
     log.close()
     assert capsys.readouterr().err.count("cannot write") == 1

@@ -59,3 +59,20 @@ def test_descriptors_and_credentials_travel():
         assert wire.recv_tag_and_pid(c) == (wire.READY, os.getpid())
     for fd in (r, w, *fds):
         os.close(fd)
+
+
+def test_a_frame_with_a_tail_completes_only_with_all_of_it():
+    data = wire.encode_frame({"status": 0, "tail": 5}) + b"abcde"
+    reader = wire.FrameReader(100, tail_limit=5)
+    for i in range(len(data)):
+        assert reader.frame is None
+        reader.feed(data[i:i + 1])
+    assert reader.frame == {"status": 0, "tail": 5} and reader.tail == b"abcde"
+    with pytest.raises(wire.ProtocolError, match="not a size within 4"):
+        wire.FrameReader(100, tail_limit=4).feed(data)
+    with pytest.raises(wire.ProtocolError, match="after the end"):
+        wire.FrameReader(100, tail_limit=5).feed(data + b"f")
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"xyz")
+        assert wire.recv_exact(b, 3) == b"xyz" and wire.recv_exact(b, 0) == b""

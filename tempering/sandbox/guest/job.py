@@ -13,6 +13,13 @@ becomes a fresh interpreter (`inprocess`), unless the host turned that off. When
 exits, the init kills whatever it left behind (nothing survives the namespace), reaps it,
 collects the requested files safely and reports, saying which way the command ran.
 Deadlines, cgroups and the output cap are the host's business.
+
+An init made with `confine_late` (the sandboxes that serve sessions) keeps its privileges
+until the job arrives, because a job may ask for filesystems at absolute paths ("mounts",
+with their tar archives in the spec's tail) and a working directory among them: it builds
+the job's own root with them (`rootfs`), confines itself, unpacks the writable ones (as the
+unprivileged user, from untrusted archives), runs the command there, and packs the ones the
+host wants back into the report's tail. Everything else is the same.
 """
 
 from __future__ import annotations
@@ -31,15 +38,18 @@ _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
-def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
+def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline | None,
+        confine_late: bool = False) -> int:
     """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code.
     `base` is the zygote's interpreter at start-up, for jobs run in a fork of it (None: this
     interpreter is not one the fast path supports). SIGINT is at its default already: the
-    zygote reset it for every init it forks."""
+    zygote reset it for every init it forks. `confine_late`: keep the privileges to mount the
+    job's filesystems until the job has said which it wants."""
     try:
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
         _mount_filesystems(disk_mb)
-        _confine(seccomp_program)
+        if not confine_late:
+            _confine(seccomp_program)
     except OSError as e:
         return report_error(sock, f"job setup failed: {e}")
     wire.send_ready(sock)
@@ -48,20 +58,80 @@ def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.B
         return 0  # no job is coming: the sandbox is ending, or this init was discarded
     try:
         spec = wire.recv_frame(sock, _SPEC_LIMIT)
-        _write_files(wire.decode_files(spec["files"], _SPEC_LIMIT))
+        mounts = list(spec.get("mounts", ()))
+        contents = _split(wire.recv_exact(sock, wire.tail_size(spec, _SPEC_LIMIT)), mounts)
+        if confine_late:
+            _mount_and_confine(mounts, contents, seccomp_program)
+            contents.clear()  # the archives' memory counts against the job's limit: free it now
+        elif mounts:
+            raise ValueError("this sandbox's inits confine themselves early and cannot mount filesystems")
+        workdir = spec.get("workdir", WORKSPACE)
+        _write_files(workdir, wire.decode_files(spec["files"], _SPEC_LIMIT))
         argv, env = list(spec["argv"]), dict(spec["env"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
     in_process = base if spec.get("python_fast_path") else None
-    status, forked = _spawn_and_reap(argv, env, spec["rlimits"], stdio, sock, in_process)
+    status, forked = _spawn_and_reap(argv, env, spec["rlimits"], stdio, sock, in_process, workdir)
     names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
-        files, skipped = collect.collect(WORKSPACE, names, limit)
+        files, skipped = collect.collect(workdir, names, limit)
     except OSError as e:
         files, skipped = {}, {name: f"workspace unreadable: {e}" for name in names}
-    wire.send_frame(sock, {"status": status, "files": wire.encode_files(files), "skipped": skipped,
-                           "in_process": forked})
+    packed, sizes, errors = _pack(mounts, skipped)
+    report = {"status": status, "files": wire.encode_files(files), "skipped": skipped, "in_process": forked}
+    if mounts:
+        report.update(archives=sizes, archive_errors=errors, tail=sum(sizes.values()))
+    wire.send_frame(sock, report)
+    for data in packed:
+        sock.sendall(data)
     return 0
+
+
+def _split(tail: bytearray, mounts: list[dict]) -> list[memoryview]:
+    """The archives of `mounts`, which the tail holds one after the other (views, not copies)."""
+    contents, at, view = [], 0, memoryview(tail)
+    for m in mounts:
+        n = int(m["size"])
+        contents.append(view[at:at + n])
+        at += n
+    if at != len(tail):
+        raise ValueError(f"the spec's tail holds {len(tail)} bytes, its mounts {at}")
+    return contents
+
+
+def _mount_and_confine(mounts: list[dict], contents: list[bytes], seccomp_program: bytes) -> None:
+    """The job's filesystems (read-only ones filled while privileged: their archives are the
+    host's, from task folders), then confinement, then the writable ones filled unprivileged."""
+    if mounts:
+        from . import rootfs  # imported only by inits that serve such jobs
+
+        rootfs.enter(mounts, contents)
+    _confine(seccomp_program)
+    for m, data in zip(mounts, contents):
+        if m["writable"] and data:
+            from . import archive
+
+            archive.extract(m["path"], data)
+
+
+def _pack(mounts: list[dict], skipped: dict) -> tuple[list[memoryview], dict[str, int], dict[str, str]]:
+    """The archives of the mounts the host wants back: (their bytes, path -> size, path -> why it
+    could not be packed). Entries left out are added to `skipped`."""
+    chunks, sizes, errors = [], {}, {}
+    for m in mounts:
+        if not m.get("collect"):
+            continue
+        from . import archive
+
+        try:
+            data, left_out = archive.pack(m["path"], int(m["limit"]), view=True)
+        except (OSError, ValueError) as e:
+            errors[m["path"]] = f"{type(e).__name__}: {e}"
+            continue
+        skipped.update({f"{m['path']}/{name}": why for name, why in left_out.items()})
+        chunks.append(data)
+        sizes[m["path"]] = len(data)
+    return chunks, sizes, errors
 
 
 def _mount_filesystems(disk_mb: int) -> None:
@@ -83,13 +153,13 @@ def _confine(seccomp_program: bytes) -> None:
     syscalls.install_seccomp(seccomp_program)
 
 
-def _write_files(files: dict[str, bytes]) -> None:
+def _write_files(workdir: str, files: dict[str, bytes]) -> None:
     for name, data in files.items():
         parts = collect.check_name(name)
         if len(parts) > 1:
-            os.makedirs(os.path.join(WORKSPACE, *parts[:-1]), exist_ok=True)
+            os.makedirs(os.path.join(workdir, *parts[:-1]), exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with open(os.open(os.path.join(WORKSPACE, name), flags, 0o644), "wb") as f:
+        with open(os.open(os.path.join(workdir, name), flags, 0o644), "wb") as f:
             f.write(data)
 
 
@@ -105,12 +175,12 @@ def _resolve(name: str, path: str) -> str:
 
 
 def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], sock: socket.socket,
-                    base: fresh.Baseline | None) -> tuple[int, bool]:
-    """Start the command, wait for it, then kill and reap everything else in the namespace.
-    A Python program the guest can run itself (when `base` is given) runs in a fork of this
-    init; anything else is spawned vfork-style (no copy of this interpreter). Returns the
-    command's wait status and whether it ran in a fork."""
-    os.chdir(WORKSPACE)
+                    base: fresh.Baseline | None, workdir: str) -> tuple[int, bool]:
+    """Start the command in `workdir`, wait for it, then kill and reap everything else in the
+    namespace. A Python program the guest can run itself (when `base` is given) runs in a fork
+    of this init; anything else is spawned vfork-style (no copy of this interpreter). Returns
+    the command's wait status and whether it ran in a fork."""
+    os.chdir(workdir)
     for name, (soft, hard) in rlimits.items():  # inherited by the command; harmless to the init
         resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
     for fd in map(int, os.listdir("/proc/self/fd")):

@@ -14,8 +14,10 @@ every job of the sandbox (their pid namespaces are nested in its own).
 
 Run inside the sandbox as: python3 -I -S -B -c '<note sys.modules, sys.path, the path importer
 cache and the modules `site` imports; put the staging dir on sys.path>; from guest import
-zygote; raise SystemExit(zygote.main(sys.argv, *noted))' CONTROL_FD DISK_MB. What is noted
-before any guest import is what a job run in a fork of this interpreter starts from (`fresh`).
+zygote; raise SystemExit(zygote.main(sys.argv, *noted))' CONTROL_FD DISK_MB [late]. What is
+noted before any guest import is what a job run in a fork of this interpreter starts from
+(`fresh`). "late" makes inits that confine themselves only once their job has arrived, so that
+they can mount the filesystems it asks for (`job`, `rootfs`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from . import fresh, job, seccomp, syscalls, wire
 def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_modules: dict) -> int:
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
+    confine_late = argv[3:4] == ["late"]
     base = fresh.Baseline(modules, path, importers, site_modules) if fresh.SUPPORTED else None
     if base is not None:
         fresh.forget_guest_modules(base)
@@ -39,13 +42,14 @@ def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_
     syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
     syscalls.unshare(syscalls.CLONE_NEWPID)
-    child = syscalls.fork_into(_serve, ctrl, program, disk_mb, base)
+    child = syscalls.fork_into(_serve, ctrl, program, disk_mb, base, confine_late)
     ctrl.close()
     _, status = os.waitpid(child, 0)
     return os.waitstatus_to_exitcode(status)
 
 
-def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
+def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline | None,
+           confine_late: bool) -> int:
     """Pid 1 of the zygote's own pid namespace: serve PREPAREs until the host goes away."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT. Reset
     # here, for this process and every job's init forked from it: otherwise a job could kill
@@ -68,7 +72,8 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseli
         try:
             syscalls.unshare(syscalls.CLONE_NEWPID)  # for the next child only
             try:
-                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb, base)
+                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb, base,
+                                   confine_late)
             finally:
                 syscalls.setns(own_pidns, syscalls.CLONE_NEWPID)
         except OSError as e:  # no init will speak on this socket: say why on its behalf
@@ -79,13 +84,13 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseli
 
 
 def _init(ctrl: socket.socket, host_end: socket.socket, own_pidns: int, init_end: socket.socket,
-          program: bytes, disk_mb: int, base: fresh.Baseline | None) -> int:
+          program: bytes, disk_mb: int, base: fresh.Baseline | None, confine_late: bool) -> int:
     """The new pid namespace's pid 1: let go of the zygote's descriptors, become the job's init."""
     gc.disable()  # a short-lived process: collecting would only copy pages
     ctrl.close()
     host_end.close()
     os.close(own_pidns)
-    return job.run(init_end, program, disk_mb, base)
+    return job.run(init_end, program, disk_mb, base, confine_late)
 
 
 def _reap_exited() -> None:

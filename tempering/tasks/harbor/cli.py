@@ -1,0 +1,136 @@
+"""`tempering tasks run-folder` and `tempering tasks import`: Harbor task folders from the shell.
+
+    tempering tasks run-folder PATH [--solution FILE] [--json] [--config FILE] [--set KEY=VALUE]...
+    tempering tasks import DIR... [--oracle] [--noop] [--no-build] [--json] [--config FILE] [--set ...]
+
+run-folder sets a folder's environment up in a sandbox session, runs the solution script
+(default solution/solve.sh; FILE is mounted alone as /solution/solve.sh) and verifies in a
+fresh sandbox. It prints the result (`--json`: one JSON object with at least "reward" and
+"reason") and exits 0 whenever verification completed, whatever the reward; 2, with a
+one-line reason on stderr, for a folder it cannot run (malformed, unsupported, needs the
+toolchain lacks, a RUN line that failed) or a sandbox that cannot start; 1 when the sandbox
+failed during the trial. import checks every task folder under the DIRs (`importer.scan`) and
+prints one line per folder, runnable or skipped with the reason (`--json`: one JSON object per
+line), and a count on stderr; it exits 0 once the scan ran, 2 for bad arguments or no folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from tempering.config import ConfigError, load_config
+from tempering.sandbox import toolchain as toolchains
+from tempering.sandbox.factory import SandboxUnavailable, make_sandbox
+from tempering.sandbox.workspace import Workspace
+from tempering.tasks.harbor.build import SetupFailed
+from tempering.tasks.harbor.folder import Unrunnable, load
+from tempering.tasks.harbor.importer import scan
+from tempering.tasks.harbor.trial import check_needs, run_trial
+
+ACTIONS = ("run-folder", "import")
+
+
+def main(argv: list[str]) -> int:
+    """`argv` starts with the action (run-folder or import)."""
+    parser = argparse.ArgumentParser(prog="tempering tasks", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("run-folder", help="set up a task folder, run its solution, verify; print the reward")
+    p.add_argument("path")
+    p.add_argument("--solution", metavar="FILE", help="a script to run instead of solution/solve.sh")
+    _common(p)
+    p.set_defaults(handler=run_folder)
+    p = sub.add_parser("import", help="check every task folder under the given paths; list runnable and skipped")
+    p.add_argument("dirs", nargs="+", metavar="DIR")
+    p.add_argument("--oracle", action="store_true", help="run each oracle too (it must score 1)")
+    p.add_argument("--noop", action="store_true", help="run a no-op too (it must score 0)")
+    p.add_argument("--no-build", action="store_true", help="do not build environments (no sandbox)")
+    _common(p)
+    p.set_defaults(handler=import_folders)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--config", metavar="FILE", help="a TOML config file (its [sandbox] section is used)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a config value, e.g. sandbox.toolchain=/opt/tc")
+
+
+def _sandbox_config(args: argparse.Namespace):
+    cfg = load_config(args.config, [f"--{o}" for o in args.overrides]).sandbox
+    # One trial at a time: one warm sandbox of each kind is enough.
+    return dataclasses.replace(cfg, workers=1)
+
+
+def run_folder(args: argparse.Namespace) -> int:
+    try:
+        cfg = _sandbox_config(args)
+        task = load(args.path)
+        solution = Workspace.from_files({"solve.sh": Path(args.solution).read_bytes()}) if args.solution else None
+        missing = check_needs(task, toolchains.locate(cfg.toolchain))
+        if missing:
+            raise Unrunnable(f"{task.path}: needs what the toolchain lacks: {', '.join(missing)}")
+        sandbox = make_sandbox(cfg)
+    except (Unrunnable, ConfigError, SandboxUnavailable, toolchains.ToolchainError, OSError) as e:
+        return _cannot(args, str(e).replace("\n", " "), 2)
+    try:
+        trial = run_trial(sandbox, task, solution)
+    except SetupFailed as e:
+        return _cannot(args, str(e), 1 if e.infrastructure else 2)
+    except Unrunnable as e:
+        return _cannot(args, str(e), 2)
+    finally:
+        sandbox.close()
+    out = {"path": str(task.path), "status": "failed" if trial.failed else "verified", **trial.to_json()}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{task.id}: reward {trial.reward} ({trial.reason}); solution {trial.solution_reason} "
+              f"in {trial.solution_s:.1f} s, tests {trial.verdict.exec_reason} in {trial.verdict.wall_s:.1f} s")
+    if trial.failed:
+        print(f"error: {trial.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cannot(args: argparse.Namespace, reason: str, code: int) -> int:
+    if args.json:
+        print(json.dumps({"path": args.path, "status": "skipped" if code == 2 else "failed", "reward": None,
+                          "reason": reason}))
+    print(f"error: {reason}", file=sys.stderr)
+    return code
+
+
+def import_folders(args: argparse.Namespace) -> int:
+    try:
+        cfg = _sandbox_config(args)
+        tc = toolchains.locate(cfg.toolchain)
+        sandbox = None if args.no_build else make_sandbox(cfg)
+    except (ConfigError, SandboxUnavailable, toolchains.ToolchainError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    counts = {True: 0, False: 0}
+    try:
+        for result in scan(args.dirs, tc, sandbox, oracle=args.oracle, noop=args.noop):
+            counts[result.runnable] += 1
+            if args.json:
+                print(json.dumps(result.to_json()), flush=True)
+            else:
+                status = "runnable" if result.runnable else "skipped "
+                print(f"{status}  {result.path}  {result.reason}", flush=True)
+    except ValueError as e:  # a DIR that does not exist
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    if not counts[True] + counts[False]:
+        print(f"error: no task folders (instruction.md and tests/test.sh) under {' '.join(args.dirs)}", file=sys.stderr)
+        return 2
+    print(f"{counts[True]} runnable, {counts[False]} skipped", file=sys.stderr)
+    return 0

@@ -1,0 +1,319 @@
+"""A task's Dockerfile, interpreted instead of built: what the starting workspace holds and
+which commands prepare it.
+
+No Docker and no base image: the sandbox's own system stands in for FROM, and only the final
+WORKDIR is kept (it becomes the session's workspace). `interpret` reads the instructions in
+order: COPY and ADD of local files (from the build context, `environment/`) into that
+WORKDIR become `Copy` steps, WORKDIR lines below it become directories, RUN becomes a `Run`
+step (run offline in the sandbox at set-up, `build`), ENV and ARG set the environment (ARG for
+RUN only, ENV for everything after), SHELL sets RUN's shell. CMD, ENTRYPOINT, EXPOSE, LABEL,
+USER, VOLUME, HEALTHCHECK, STOPSIGNAL and ONBUILD change nothing here and are noted. What
+cannot be honoured raises `Unsupported` naming the line: multi-stage builds (a second FROM,
+COPY --from), ADD of a URL or an archive, heredocs, paths outside the final WORKDIR or the
+build context, another escape character.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import posixpath
+import re
+import shlex
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from tempering.sandbox.workspace import Workspace
+
+_IGNORED = ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "USER", "VOLUME", "HEALTHCHECK", "STOPSIGNAL",
+            "ONBUILD")
+_VAR = re.compile(r"\$(?:\{(\w+)(?::([-+])([^}]*))?\}|(\w+))")
+
+
+class Unsupported(ValueError):
+    """The Dockerfile asks for what an interpreted, offline build cannot do; says which line."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Files into the workspace: `content` placed inside `dest` (workdir-relative, "" for the
+    workdir itself) when that is a directory: always when `into_dir` (a trailing slash,
+    several sources, a directory source), else when the workspace has a directory there
+    already. Otherwise `content` is one file, and `dest` its new name."""
+
+    dest: str
+    content: Workspace
+    into_dir: bool
+    line: int
+
+    def apply(self, ws: Workspace) -> Workspace:
+        if self.into_dir or self.dest == "" or ws.kind(self.dest) == "dir":
+            return ws.merge(self.dest, self.content)
+        (name, data), = self.content.files().items()
+        return ws.write(self.dest, data, self.content.mode(name))
+
+
+@dataclass(frozen=True)
+class Run:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]  # ENV and ARG values at that line
+    line: int
+    text: str  # the instruction as written, for messages
+    cwd: str = ""  # its WORKDIR, when below the final one ("" for the final one itself)
+
+    @property
+    def command(self) -> tuple[str, ...]:
+        """`argv`, run in `cwd`."""
+        return ("/bin/sh", "-c", 'cd "$0" && exec "$@"', self.cwd, *self.argv) if self.cwd else self.argv
+
+
+@dataclass(frozen=True)
+class Environment:
+    base_image: str
+    workdir: str
+    env: Mapping[str, str]  # the final ENV: what the agent's commands and the tests get
+    steps: tuple[Copy | Run, ...]
+    notes: tuple[str, ...] = ()  # instructions that changed nothing here, and why
+
+
+@dataclass
+class _State:
+    context: Path
+    workdir: str = "/"
+    env: dict = field(default_factory=dict)
+    args: dict = field(default_factory=dict)
+    shell: tuple[str, ...] = ("/bin/sh", "-c")
+    base: str = ""
+    steps: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+def instructions(text: str) -> list[tuple[int, str, str]]:
+    """(line number, KEYWORD, arguments) for each instruction, continuation lines joined."""
+    lines = text.splitlines()
+    for line in lines:
+        m = re.match(r"#\s*(\w+)\s*=\s*(\S*)", line)
+        if not m:
+            break
+        if m.group(1).lower() == "escape" and m.group(2) != "\\":
+            raise Unsupported(f"Dockerfile line 1: escape character {m.group(2)!r} (only '\\' is supported)")
+    out, buf, start = [], [], 0
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if not buf:
+            start = number
+        if line.rstrip().endswith("\\"):
+            buf.append(line.rstrip()[:-1])
+            continue
+        buf.append(line)
+        joined = " ".join(part.strip() for part in buf if part.strip())
+        keyword, _, args = joined.partition(" ")
+        out.append((start, keyword.upper(), args.strip()))
+        buf = []
+    if buf:
+        raise Unsupported(f"Dockerfile line {start}: the last instruction ends with a continuation")
+    return out
+
+
+def interpret(text: str, context: Path) -> Environment:
+    """The environment a Dockerfile describes, its COPY sources read from `context`."""
+    todo = instructions(text)
+    final = _final_workdir(todo)
+    state = _State(context=context.resolve())
+    for number, keyword, args in todo:
+        where = f"Dockerfile line {number} ({keyword})"
+        if "<<" in args and keyword in ("RUN", "COPY", "ADD"):
+            raise Unsupported(f"{where}: heredocs are not supported")
+        handler = _HANDLERS.get(keyword)
+        if handler is not None:
+            handler(state, number, args, final, where)
+        elif keyword in _IGNORED:
+            state.notes.append(f"{where}: ignored (no effect without an image)")
+        else:
+            raise Unsupported(f"{where}: unknown or unsupported instruction")
+    if not state.base:
+        raise Unsupported("Dockerfile: no FROM line")
+    return Environment(state.base, final, dict(state.env), tuple(state.steps), tuple(state.notes))
+
+
+def _final_workdir(todo: list[tuple[int, str, str]]) -> str:
+    workdir, env = "/", {}
+    for number, keyword, args in todo:
+        if keyword == "WORKDIR":
+            workdir = posixpath.normpath(posixpath.join(workdir, _substitute(args, env)))
+        elif keyword == "ENV":
+            env.update(_env_pairs(args, env, number))
+        elif keyword == "ARG":
+            name, eq, value = args.partition("=")
+            env.setdefault(name.strip(), _unquote(value) if eq else "")
+    if workdir == "/":
+        raise Unsupported("Dockerfile: the final WORKDIR is / (the workspace must be a directory of its own)")
+    return workdir
+
+
+def _from(state: _State, number: int, args: str, final: str, where: str) -> None:
+    if state.base:
+        raise Unsupported(f"{where}: multi-stage builds (a second FROM) are not supported")
+    state.base = _substitute(args.split()[0] if args else "", state.args) or "?"
+
+
+def _arg(state: _State, number: int, args: str, final: str, where: str) -> None:
+    name, eq, value = args.partition("=")
+    value = _unquote(_substitute(value, {**state.args, **state.env})) if eq else ""
+    state.args.setdefault(name.strip(), value)  # a build-arg's default; no --build-arg here
+
+
+def _env(state: _State, number: int, args: str, final: str, where: str) -> None:
+    state.env.update(_env_pairs(args, {**state.args, **state.env}, number))
+
+
+def _workdir(state: _State, number: int, args: str, final: str, where: str) -> None:
+    state.workdir = posixpath.normpath(posixpath.join(state.workdir, _substitute(args, {**state.args, **state.env})))
+    rel = _inside(state.workdir, final)
+    if rel:  # WORKDIR creates the directory
+        state.steps.append(Copy("", Workspace().mkdir(rel), into_dir=True, line=number))
+
+
+def _shell(state: _State, number: int, args: str, final: str, where: str) -> None:
+    try:
+        argv = json.loads(args)
+    except ValueError:
+        argv = None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise Unsupported(f"{where}: SHELL takes a JSON array of strings")
+    state.shell = tuple(argv)
+
+
+def _run(state: _State, number: int, args: str, final: str, where: str) -> None:
+    flags = re.match(r"((?:--\S+\s+)*)(.*)", args, re.S)
+    if flags.group(1).strip():
+        raise Unsupported(f"{where}: RUN options ({flags.group(1).strip()}) are not supported")
+    argv = _json_form(args)
+    if argv is None:
+        argv = [*state.shell, args]
+    below = _inside(state.workdir, final)
+    if below is None:
+        state.notes.append(f"{where}: runs in {final}, not in {state.workdir} (only the final WORKDIR exists)")
+    cwd = state.workdir if below else ""
+    state.steps.append(Run(tuple(argv), {**state.args, **state.env}, number, args, cwd))
+
+
+def _copy(state: _State, number: int, args: str, final: str, where: str, add: bool = False) -> None:
+    words = _json_form(args) or shlex.split(_substitute(args, {**state.args, **state.env}))
+    options = {}
+    while words and words[0].startswith("--"):
+        name, _, value = words.pop(0)[2:].partition("=")
+        options[name] = value
+    if "from" in options:
+        raise Unsupported(f"{where}: COPY --from (multi-stage) is not supported")
+    unknown = set(options) - {"chown", "chmod", "link"}
+    if unknown:
+        raise Unsupported(f"{where}: options {sorted(unknown)} are not supported")
+    if len(words) < 2:
+        raise Unsupported(f"{where}: needs a source and a destination")
+    *sources, dest = words
+    target = posixpath.normpath(posixpath.join(state.workdir, dest))
+    rel = _inside(target, final)
+    if rel is None:
+        raise Unsupported(f"{where}: {dest} is outside the final WORKDIR {final} (only that directory is kept)")
+    mode = int(options["chmod"], 8) if options.get("chmod") else None
+    content, multiple = Workspace(), len(sources) > 1
+    for source in sources:
+        if add and (re.match(r"\w+://", source) or re.search(r"\.(tar|tgz|gz|bz2|xz|zip)$", source)):
+            raise Unsupported(f"{where}: ADD of a URL or an archive is not supported")
+        matches = _sources(state.context, source, where)
+        multiple = multiple or len(matches) > 1 or matches[0].is_dir()
+        for path in matches:
+            part = Workspace.from_dir(path) if path.is_dir() else Workspace.from_files(
+                {path.name: path.read_bytes()}, path.stat().st_mode & 0o777)
+            content = content.merge("", _chmod(part, mode) if mode is not None else part)
+    into = multiple or dest.endswith("/")
+    state.steps.append(Copy(rel, content, into_dir=into, line=number))
+
+
+def _sources(context: Path, source: str, where: str) -> list[Path]:
+    pattern = str(context / source.lstrip("/"))
+    matches = [Path(p) for p in sorted(glob.glob(pattern))] if glob.has_magic(source) else [Path(pattern)]
+    matches = [p for p in matches if p.exists() or p.is_symlink()]
+    if not matches:
+        raise Unsupported(f"{where}: {source} does not exist in the build context (environment/)")
+    for path in matches:
+        resolved = path.resolve()
+        if resolved != context and context not in resolved.parents:
+            raise Unsupported(f"{where}: {source} lies outside the build context")
+    return matches
+
+
+def _chmod(ws: Workspace, mode: int) -> Workspace:
+    """COPY --chmod: every file and directory gets `mode`."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(ws.archive or bytes(1024)), mode="r:") as src, \
+            tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for m in src.getmembers():
+            if not m.issym():
+                m.mode = mode
+            out.addfile(m, src.extractfile(m) if m.isreg() else None)
+    return Workspace(buf.getvalue())
+
+
+def _inside(path: str, workdir: str) -> str | None:
+    """`path` relative to `workdir` ("" for itself), or None when outside it."""
+    if path == workdir:
+        return ""
+    return path[len(workdir) + 1:] if path.startswith(workdir + "/") else None
+
+
+def _json_form(args: str) -> list[str] | None:
+    if not args.startswith("["):
+        return None
+    try:
+        argv = json.loads(args)
+    except ValueError:
+        return None
+    return argv if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) else None
+
+
+def _substitute(text: str, env: Mapping[str, str]) -> str:
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(4)
+        current = env.get(name, "")
+        if m.group(2) == "-":
+            return current or m.group(3)
+        if m.group(2) == "+":
+            return m.group(3) if current else ""
+        return current
+    return _VAR.sub(value, text)
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    return shlex.split(value)[0] if value and value[0] in "'\"" else value
+
+
+def _env_pairs(args: str, env: Mapping[str, str], number: int) -> dict[str, str]:
+    first = args.split(None, 1)[0] if args.strip() else ""
+    if "=" not in first:  # the legacy form: ENV KEY the rest of the line
+        key, _, value = args.strip().partition(" ")
+        return {key: _substitute(value.strip(), env)}
+    try:
+        words = shlex.split(args)
+    except ValueError as e:
+        raise Unsupported(f"Dockerfile line {number} (ENV): {e}") from None
+    pairs = {}
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise Unsupported(f"Dockerfile line {number} (ENV): {word!r} is not KEY=VALUE")
+        pairs[key] = _substitute(value, {**env, **pairs})
+    return pairs
+
+
+_HANDLERS = {"FROM": _from, "ARG": _arg, "ENV": _env, "WORKDIR": _workdir, "SHELL": _shell, "RUN": _run,
+             "COPY": _copy, "ADD": lambda *a: _copy(*a, add=True)}

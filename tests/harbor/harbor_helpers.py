@@ -1,0 +1,64 @@
+"""Tiny Harbor task folders written by the tests, in the layout and with the verifier script
+Terminal-Bench 2 tasks use (apt-get, the uv installer, uvx with pinned pytest and --ctrf)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST
+
+needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None or not (DEFAULT_DIR / MANIFEST).is_file(),
+                                   reason="needs bubblewrap and the toolchain (scripts/setup.sh)")
+
+TB_TEST_SH = """#!/bin/bash
+apt-get update
+apt-get install -y curl
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+source $HOME/.local/bin/env
+uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+"""
+# The same verdict through `python -m pytest` from the workspace, which puts it on sys.path.
+MODULE_TEST_SH = TB_TEST_SH.replace("uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest", "python -m pytest")
+
+# The task: answer.py must print 42; the tests run it, so code from the workspace runs at verification.
+ANSWER_TESTS = '''import subprocess
+from pathlib import Path
+
+def test_answer_prints_42():
+    out = subprocess.run(["python3", "/app/answer.py"], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "42"
+
+def test_notes_kept():
+    assert Path("/app/notes.txt").read_text() == "from the image\\n"
+'''
+ORACLE = "#!/bin/bash\necho 'print(6 * 7)' > answer.py\n"
+DOCKERFILE = """FROM python:3.13-slim
+WORKDIR /app
+COPY notes.txt ./
+RUN echo 'print(0)' > answer.py
+"""
+
+
+def make_task(root: Path, name: str = "answer", dockerfile: str = DOCKERFILE, test_sh: str = TB_TEST_SH,
+              tests: str = ANSWER_TESTS, solve: str | None = ORACLE, toml: str = "", context: dict | None = None) -> Path:
+    """Write a task folder under `root` and return it."""
+    task = root / name
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "instruction.md").write_text("Make /app/answer.py print 42.\n")
+    (task / "task.toml").write_text('version = "1.0"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 60.0\n'
+                                     + toml)
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    for rel, text in ({"notes.txt": "from the image\n"} | (context or {})).items():
+        (task / "environment" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (task / "environment" / rel).write_text(text)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    (task / "tests" / "test_outputs.py").write_text(tests)
+    if solve is not None:
+        (task / "solution").mkdir()
+        (task / "solution" / "solve.sh").write_text(solve)
+    return task

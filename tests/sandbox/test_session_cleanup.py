@@ -1,0 +1,105 @@
+"""Sessions leave nothing behind: many at once on two cores, and a process killed while its
+sessions are running commands. Judged from the host: its process table (the sandbox's bwrap
+processes, named by its private staging directory on their command lines: once they are gone,
+so is every namespace, mount and tmpfs inside), the cgroup tree, the host's mount table and
+the staging directory itself. Other users' sandboxes on this machine are not counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from sandbox_helpers import host_cmdlines_containing, needs_bwrap, wait_until
+from tempering.config import SandboxConfig
+from tempering.sandbox import SessionSpec, make_sandbox
+
+pytestmark = needs_bwrap
+
+
+def mounts() -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        return sorted(line.split()[4] for line in f)
+
+
+def busy_groups(tree_dirs: list[str]) -> dict[str, int]:
+    """Job groups of a tree that hold processes, with how many."""
+    out = {}
+    for base in tree_dirs:
+        for name in os.listdir(base):
+            procs = Path(base, name, "cgroup.procs")
+            if name.startswith("job-") and procs.exists():
+                n = len(procs.read_text().split())
+                if n:
+                    out[name] = n
+    return out
+
+
+def one_session(sandbox, i: int, mark: str) -> list[str]:
+    with sandbox.open_session(SessionSpec(workdir="/app", disk_mb=4)) as s:
+        outs = []
+        for step in range(3):
+            r = s.run(("bash", "-c", f"echo {i}-{step} >> log; ls /app; (exec -a {mark} sleep 30 &); cat log | wc -l"))
+            assert r.ok, r
+            outs.append(r.stdout)
+        assert s.workspace.read("log") == "".join(f"{i}-{k}\n" for k in range(3)).encode()
+        return outs
+
+
+def test_32_concurrent_sessions_leak_nothing():
+    before_mounts = mounts()
+    sandbox = make_sandbox(SandboxConfig(workers=4, disk_mb=16))
+    tree, staging = sandbox._tree.dirs, str(sandbox._staging.root)
+    mark = f"bg-{os.getpid()}-leak"
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            outs = list(pool.map(lambda i: one_session(sandbox, i, mark), range(32)))
+        # Each saw its own workspace only, and its background sleep died with its command.
+        assert all(o == ["log\n1\n", "log\n2\n", "log\n3\n"] for o in outs), outs
+        assert host_cmdlines_containing(mark) == []
+        # What is left running are the warm sandboxes and their prepared inits, one per job group.
+        assert wait_until(lambda: all(n == 1 for n in busy_groups(tree).values()))
+        assert len(busy_groups(tree)) <= 2 * 4  # one prepared init per warm sandbox of either pool
+    finally:
+        sandbox.close()
+    assert host_cmdlines_containing(staging) == []  # no bwrap of this sandbox: no namespace left
+    assert not any(os.path.exists(d) for d in tree) and not os.path.exists(staging)
+    assert mounts() == before_mounts
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, threading
+    from tempering.config import SandboxConfig
+    from tempering.sandbox import SessionSpec, make_sandbox
+    sandbox = make_sandbox(SandboxConfig(workers=2, disk_mb=8))
+    sessions = [sandbox.open_session(SessionSpec(workdir="/app")) for _ in range(3)]
+    for i, s in enumerate(sessions):
+        threading.Thread(target=s.run, args=(("bash", "-c", f"exec -a orphan-{MARK}-{i} sleep 600"),),
+                         kwargs={"time_limit_s": 600}, daemon=True).start()
+    print(json.dumps({"tree": sandbox._tree.dirs, "staging": str(sandbox._staging.root)}), flush=True)
+    threading.Event().wait()
+""")
+
+
+def test_a_process_that_dies_with_open_sessions_leaks_nothing():
+    before_mounts = mounts()
+    mark = f"{os.getpid()}-died"
+    sleepers = [f"orphan-{mark}-{i}\x00600\x00" for i in range(3)]  # their argv (the child's own holds "{i}")
+    child = subprocess.Popen([sys.executable, "-c", CHILD.replace("{MARK}", mark)], stdout=subprocess.PIPE, text=True)
+    try:
+        where = json.loads(child.stdout.readline())
+        assert wait_until(lambda: all(host_cmdlines_containing(s) for s in sleepers), 60)
+    finally:
+        child.send_signal(signal.SIGKILL)  # no close(), no finally blocks, no atexit
+        child.wait()
+    assert wait_until(lambda: not any(host_cmdlines_containing(s) for s in sleepers), 30)
+    assert wait_until(lambda: host_cmdlines_containing(where["staging"]) == [], 30)
+    # The cgroup subtree and the staging directory: removed by the sandbox's reaper.
+    assert wait_until(lambda: not any(os.path.exists(d) for d in where["tree"]), 30), where
+    assert wait_until(lambda: not os.path.exists(where["staging"]), 30)
+    assert mounts() == before_mounts
