@@ -141,8 +141,12 @@ _SANDBOX_OWN_PATHS = ("/tmp", "/dev", "/proc", "/workspace", "/opt/tempering")
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """Where and how model-written code runs. The isolated backend ("bwrap") is the default; the
-    limits below are the defaults for requests that do not set their own."""
+    """Where and how model-written code runs. The isolated backend ("bwrap") is the default.
+    `time_limit_s`, `memory_mb`, `pids` and `output_limit_bytes` are the one place that holds
+    the per-command limits: a backend gives them to every request that leaves them None
+    (`ExecRequest`, the reward's `program_output`, a task `Budget` without its own) and to
+    every session command (`SessionDefaults.from_config`); `cpus` and `disk_mb` apply to every
+    job. The unisolated backend cannot enforce `pids` or `cpus` (no cgroup) and says so."""
 
     backend: Literal["bwrap", "unisolated"] = "bwrap"
     allow_unisolated: bool = False  # the unisolated backend runs untrusted code only if this is true

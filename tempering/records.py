@@ -24,12 +24,14 @@ class Message:
 class Budget:
     """Per-task limits. An episode ends when it has used `max_turns` model turns or
     `max_tokens` model tokens (over all its turns), or after `wall_s` seconds; each sandbox
-    command gets `time_limit_s` and `memory_mb`, and all of them together `cpu_s` CPU seconds."""
+    command gets `time_limit_s` and `memory_mb`, and all of them together `cpu_s` CPU seconds.
+    `time_limit_s` / `memory_mb` None: the sandbox's configured default (`[sandbox]` keys of
+    the same names); a task that needs other limits sets them."""
 
     max_turns: int = 1
     max_tokens: int = 64
-    time_limit_s: float = 5.0
-    memory_mb: int = 256
+    time_limit_s: float | None = None
+    memory_mb: int | None = None
     wall_s: float = 300.0
     cpu_s: float = 60.0
 

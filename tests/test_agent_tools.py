@@ -4,7 +4,7 @@ import pytest
 
 from tempering.agent.parsers import compact, get_parser, hermes
 from tempering.agent.tools import WorkspaceHost, execute, tool_schemas
-from tempering.records import Budget, ToolCall
+from tempering.records import Budget, ExecReason, ExecResult, ToolCall
 
 ALL = ("run", "read", "write", "edit", "submit")
 
@@ -78,3 +78,24 @@ def test_schemas_list_the_parameters():
     (read,) = tool_schemas(("read",))
     assert read["function"]["name"] == "read"
     assert read["function"]["parameters"]["required"] == ["path"]
+
+
+class RecordingHost(WorkspaceHost):
+    """A host whose commands succeed at once, keeping the limits each was given."""
+
+    def __init__(self):
+        super().__init__({}, workdir="/app")
+        self.limits = []
+
+    def run(self, command, *, time_limit_s, memory_mb, turn):
+        self.limits.append((time_limit_s, memory_mb))
+        return ExecResult(reason=ExecReason.OK, exit_code=0, stdout="done\n")
+
+
+def test_run_gives_the_task_limits_or_leaves_them_to_the_sandbox():
+    """A budget without limits passes None: the sandbox session's configured defaults apply."""
+    host = RecordingHost()
+    for budget in (Budget(), Budget(time_limit_s=2.0, memory_mb=96)):
+        out = execute(ToolCall("run", {"command": "true"}), ALL, host, budget, turn=1)
+        assert out.output == "done\n[exit code 0]" and not out.error
+    assert host.limits == [(None, None), (2.0, 96)]

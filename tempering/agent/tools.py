@@ -29,7 +29,8 @@ class ToolHost(Protocol):
 
     def write_file(self, path: str, data: bytes) -> None: ...
 
-    def run(self, command: tuple[str, ...], *, time_limit_s: float, memory_mb: int, turn: int) -> ExecResult: ...
+    def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
+            turn: int) -> ExecResult: ...  # a limit None: the sandbox's configured default
 
 
 class WorkspaceHost:
@@ -45,7 +46,8 @@ class WorkspaceHost:
     def write_file(self, path: str, data: bytes) -> None:
         self.files[path] = data
 
-    def run(self, command: tuple[str, ...], *, time_limit_s: float, memory_mb: int, turn: int) -> ExecResult:
+    def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
+            turn: int) -> ExecResult:
         raise ToolError("this task has no sandbox: commands cannot run")
 
 

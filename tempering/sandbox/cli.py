@@ -85,12 +85,12 @@ def _request(args: argparse.Namespace, command: list[str], cfg) -> ExecRequest:
         if not sep:
             raise ValueError(f"--env {item!r}: expected K=V")
         env[key] = value
+    # A flag not given (None) is the config's value; resolved here, as the sandbox would, so a
+    # workdir too large for the memory limit is refused with the other input errors.
     return ExecRequest(
         command=tuple(command), files=read_workdir(args.workdir) if args.workdir else {}, env=env,
-        time_limit_s=args.time_limit if args.time_limit is not None else cfg.time_limit_s,
-        memory_mb=args.memory_mb if args.memory_mb is not None else cfg.memory_mb,
-        pids=args.pids if args.pids is not None else cfg.pids,
-        output_limit_bytes=cfg.output_limit_bytes, collect=tuple(args.collect))
+        time_limit_s=args.time_limit, memory_mb=args.memory_mb, pids=args.pids,
+        collect=tuple(args.collect)).resolved(cfg)
 
 
 def read_workdir(directory: str) -> dict[str, bytes]:

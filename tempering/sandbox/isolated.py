@@ -89,6 +89,7 @@ class IsolatedSandbox:
 
     def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult:
         t0 = time.monotonic()
+        request = request.resolved(self._cfg)  # unset limits: the config's (and the log says which applied)
         extra: dict = {}
         pool = self._pool_for(request)
         try:
@@ -108,10 +109,8 @@ class IsolatedSandbox:
 
     def open_session(self, spec: SessionSpec) -> Session:
         cfg, tc = self._cfg, self._toolchain
-        defaults = SessionDefaults(time_limit_s=cfg.time_limit_s, memory_mb=cfg.memory_mb, pids=cfg.pids,
-                                   output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus,
-                                   env=tc.session_env(bwrap.TOOLCHAIN_MOUNT) if tc else {},
-                                   home=self._home)
+        defaults = SessionDefaults.from_config(cfg, env=tc.session_env(bwrap.TOOLCHAIN_MOUNT) if tc else {},
+                                               home=self._home)
         return Session(self, spec, defaults)
 
     def close(self) -> None:

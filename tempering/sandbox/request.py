@@ -4,6 +4,7 @@ reads the exit status of a program that ended by itself (`exit_reason`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import signal
@@ -16,11 +17,14 @@ from tempering.sandbox.guest.collect import check_name
 from tempering.sandbox.workspace import Workspace
 
 if TYPE_CHECKING:
+    from tempering.config import SandboxConfig
     from tempering.sandbox.session import Session, SessionSpec
 
 DEFAULT_WORKDIR = "/workspace"
 # Paths the sandbox itself owns (or mounts per job): no Mount may lie at or under them.
 RESERVED_PATHS = ("/proc", "/dev", "/sys", "/tmp", "/opt/tempering", "/opt/toolchain", "/.newroot")
+# A request's limits that default to the `[sandbox]` section's keys of the same names.
+LIMITS = ("time_limit_s", "memory_mb", "pids", "output_limit_bytes")
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,10 @@ class ExecRequest:
     """One program run. `files` are written into a fresh workspace (the working directory);
     files named in `collect` (workspace-relative) are read back after the run. Limits: wall
     clock (`time_limit_s`), memory including the job's tmpfs files (`memory_mb`), processes and
-    threads (`pids`), and stdout plus stderr together (`output_limit_bytes`).
+    threads (`pids`), and stdout plus stderr together (`output_limit_bytes`). A limit left None
+    is the sandbox's: the `[sandbox]` key of the same name (`SandboxConfig`), the one place
+    that holds these defaults. A backend fills them in (`resolved`) before it runs the
+    request, so its result and its telemetry row are of the limits that applied.
 
     `mounts` adds filesystems at absolute paths (a session's workspace, a task's hidden tests,
     a log directory to read back); `workdir` is the working directory, /workspace or one of the
@@ -82,10 +89,10 @@ class ExecRequest:
     files: Mapping[str, bytes] = field(default_factory=dict)
     stdin: bytes = b""
     env: Mapping[str, str] = field(default_factory=dict)
-    time_limit_s: float = 5.0
-    memory_mb: int = 256
-    pids: int = 64
-    output_limit_bytes: int = 65536
+    time_limit_s: float | None = None  # None: sandbox.time_limit_s
+    memory_mb: int | None = None  # None: sandbox.memory_mb
+    pids: int | None = None  # None: sandbox.pids
+    output_limit_bytes: int | None = None  # None: sandbox.output_limit_bytes
     collect: tuple[str, ...] = ()
     workdir: str = DEFAULT_WORKDIR
     mounts: tuple[Mount, ...] = ()
@@ -94,23 +101,34 @@ class ExecRequest:
     def __post_init__(self) -> None:
         self._check_limits()
         self._check_mounts()
+
+    def resolved(self, cfg: "SandboxConfig") -> "ExecRequest":
+        """This request with each limit it leaves None taken from `cfg` (the sandbox's
+        `[sandbox]` section): what a backend runs and logs. Raises ValueError, as the
+        constructor does, when the files do not fit the memory limit that now applies."""
+        unset = {key: getattr(cfg, key) for key in LIMITS if getattr(self, key) is None}
+        return dataclasses.replace(self, **unset) if unset else self
+
     def _check_limits(self) -> None:
         if not self.command or isinstance(self.command, str):
             raise ValueError("ExecRequest.command must name a program (a non-empty tuple of arguments)")
-        if self.time_limit_s <= 0 or self.memory_mb <= 0 or self.output_limit_bytes <= 0:
-            raise ValueError(f"ExecRequest limits must be positive: time_limit_s={self.time_limit_s}, "
-                             f"memory_mb={self.memory_mb}, output_limit_bytes={self.output_limit_bytes}")
-        if self.pids <= 0:
-            raise ValueError(f"ExecRequest.pids must be positive: {self.pids}")
+        for key in LIMITS:  # explicit values only: None is the sandbox's default, checked by its config
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise ValueError(f"ExecRequest.{key} must be positive (or None for the sandbox's default): {value}")
         # The job's init holds the files (encoded and decoded) and the archives (raw, then
-        # unpacked into a tmpfs) inside the job's memory limit.
-        size = sum(len(data) for data in self.files.values())
-        if size * 4 > self.memory_mb << 20:
-            raise ValueError(f"ExecRequest.files hold {size} bytes: more than a quarter of memory_mb={self.memory_mb}")
-        packed = sum(len(m.content.archive) for m in self.mounts)
-        if size * 4 + packed * 3 > self.memory_mb << 20:
-            raise ValueError(f"ExecRequest.mounts hold {packed} bytes of archives: with the files, more than "
-                             f"memory_mb={self.memory_mb} holds (archives count 3 times: raw, unpacked, packed back)")
+        # unpacked into a tmpfs) inside the job's memory limit; checked once that limit is known
+        # (here when given, else when the backend resolves it).
+        if self.memory_mb is not None:
+            size = sum(len(data) for data in self.files.values())
+            if size * 4 > self.memory_mb << 20:
+                raise ValueError(f"ExecRequest.files hold {size} bytes: more than a quarter of "
+                                 f"memory_mb={self.memory_mb}")
+            packed = sum(len(m.content.archive) for m in self.mounts)
+            if size * 4 + packed * 3 > self.memory_mb << 20:
+                raise ValueError(f"ExecRequest.mounts hold {packed} bytes of archives: with the files, more than "
+                                 f"memory_mb={self.memory_mb} holds (archives count 3 times: raw, unpacked, "
+                                 f"packed back)")
         for name in (*self.files, *self.collect):
             try:
                 check_name(name)  # the same check the guest makes before writing or reading a file
@@ -166,8 +184,11 @@ class Abort:
 class Sandbox(Protocol):
     """A backend. `run` may be called from many threads at once and never raises for what the
     program does or for its own failures (those are `reason=sandbox_error`); `abort`, when
-    given, ends the run early (reason `killed`). `open_session` gives an episode a persistent
-    workspace over many runs (`session.Session`); `close` ends the backend."""
+    given, ends the run early (reason `killed`). It runs the request with the limits it leaves
+    None taken from the backend's `[sandbox]` config (`ExecRequest.resolved`; a ValueError
+    from that, files too large for the configured memory limit, is the caller's). Its sessions
+    take their per-command defaults from the same config. `open_session` gives an episode a
+    persistent workspace over many runs (`session.Session`); `close` ends the backend."""
 
     name: str
 

@@ -26,6 +26,7 @@ from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, ExecT
 from tempering.sandbox.workspace import Workspace
 
 if TYPE_CHECKING:
+    from tempering.config import SandboxConfig
     from tempering.sandbox.request import Sandbox
 
 HOME = "/root"  # a session's HOME, outside its workspace (Harbor's tasks run as root)
@@ -63,15 +64,23 @@ class SessionSpec:
 
 @dataclass(frozen=True)
 class SessionDefaults:
-    """What a backend gives every command of its sessions unless the command says otherwise."""
+    """What a backend gives every command of its sessions unless the command says otherwise:
+    the limits of its `[sandbox]` config (`from_config`; no defaults of their own), so a
+    session command's request, result and telemetry row carry the limits that applied."""
 
-    time_limit_s: float = 5.0
-    memory_mb: int = 256
-    pids: int = 64
-    output_limit_bytes: int = 65536
-    cpus: float = 1.0  # the CPU bandwidth of one command: how fast it can spend the CPU budget
+    time_limit_s: float
+    memory_mb: int
+    pids: int
+    output_limit_bytes: int
+    cpus: float  # the CPU bandwidth of one command: how fast it can spend the CPU budget
     env: Mapping[str, str] = field(default_factory=dict)  # the toolchain's PATH, PYTHONPATH, ...
     home: Workspace | None = None  # HOME's starting content; None: HOME stays the workdir
+
+    @classmethod
+    def from_config(cls, cfg: "SandboxConfig", env: Mapping[str, str] | None = None,
+                    home: Workspace | None = None) -> "SessionDefaults":
+        return cls(time_limit_s=cfg.time_limit_s, memory_mb=cfg.memory_mb, pids=cfg.pids,
+                   output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus, env=env or {}, home=home)
 
 
 @dataclass(frozen=True)

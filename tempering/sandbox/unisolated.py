@@ -14,6 +14,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,14 +35,23 @@ class UnisolatedSandbox:
 
     def __init__(self, cfg: SandboxConfig | None = None, log_dir: str | Path | None = None,
                  toolchain: Toolchain | None = None) -> None:
-        """Of `cfg` (default: the defaults) only the file-size and collect limits, and the
-        per-command defaults of sessions, apply here."""
+        """`cfg` (default: the defaults) gives the limits a request leaves unset, as in the
+        isolated backend: time_limit_s (a host-side deadline and a CPU rlimit), memory_mb (an
+        address-space rlimit, looser than a cgroup), output_limit_bytes, and disk_mb (a
+        file-size rlimit) and collect_limit_bytes. Not enforced here, for want of a cgroup:
+        `pids` (recorded, not applied) and `cpus` (only sessions' CPU budgets use it)."""
         self._cfg = cfg = cfg or SandboxConfig()
+        ignored = [f"sandbox.{k} = {getattr(cfg, k)}" for k in ("pids", "cpus")
+                   if getattr(cfg, k) != getattr(SandboxConfig, k)]
+        if ignored:  # set on purpose, and skipped here: say so
+            print(f"tempering sandbox: the unisolated backend does not enforce {' or '.join(ignored)} "
+                  f"(no cgroup; sandbox.backend = 'bwrap' does)", file=sys.stderr)
         self._disk_bytes, self._collect_limit = cfg.disk_mb << 20, cfg.collect_limit_bytes
         self._log = ExecLog(log_dir) if log_dir is not None else None
         self._toolchain = toolchain
 
     def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult:
+        request = request.resolved(self._cfg)  # unset limits: the config's (and the log says which applied)
         workspace = Path(tempfile.mkdtemp(prefix="tempering-ws-"))
         try:
             refused = _refusal(request)
@@ -59,11 +69,9 @@ class UnisolatedSandbox:
             raise ValueError(f"the unisolated backend gives a session its workspace as the working directory only: "
                              f"workdir must be {DEFAULT_WORKDIR} and mounts empty (got workdir={spec.workdir!r}, "
                              f"mounts={[m.path for m in spec.mounts]}); absolute paths need sandbox.backend = 'bwrap'")
-        cfg, tc = self._cfg, self._toolchain
-        return Session(self, spec, SessionDefaults(
-            time_limit_s=cfg.time_limit_s, memory_mb=cfg.memory_mb, pids=cfg.pids,
-            output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus,
-            env=tc.session_env(str(tc.root)) if tc else {}, home=None))
+        tc = self._toolchain
+        return Session(self, spec, SessionDefaults.from_config(
+            self._cfg, env=tc.session_env(str(tc.root)) if tc else {}, home=None))
 
     def close(self) -> None:
         if self._log is not None:

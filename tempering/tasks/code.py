@@ -1,7 +1,9 @@
 """Code: write a Python program whose output is the digit sum of a number.
 
 The completion is a program; the `program_output` verifier runs it in the sandbox and compares
-what it prints with the hidden answer. Any correct program counts, not only the reference.
+what it prints with the hidden answer. Any correct program counts, not only the reference. It
+runs under the sandbox's configured limits (`[sandbox]` time_limit_s, memory_mb, ...): a
+one-line program needs nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ def _make(rng: random.Random) -> Task:
     number = "".join(map(str, digits))
     return Task(id="", domain="code", prompt=f"py digitsum {number}:", verifier="program_output",
                 answer=str(sum(digits)), reference=f"print({'+'.join(number)})",
-                budget=Budget(max_tokens=20, time_limit_s=5.0, memory_mb=128))
+                budget=Budget(max_tokens=20))
 
 
 DOMAIN = Domain("code", "a Python program printing the digit sum of a number", "0123456789+:py digtsumrn()", _make,

@@ -33,6 +33,17 @@ def test_sandbox_run_reports_a_timeout(capsys):
     assert rc == 0 and out["reason"] == "timeout" and out["exit_code"] == -9
 
 
+@needs_bwrap
+def test_sandbox_run_takes_the_limits_it_is_not_given_from_the_config(capsys):
+    rc = cli.main(["sandbox", "run", "--set", "sandbox.time_limit_s=0.3", "--set", "sandbox.output_limit_bytes=10",
+                   "--", "sh", "-c", "echo 0123456789abcdef; sleep 10"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["reason"] == "output_limit" and out["stdout"] == "0123456789", out
+    rc = cli.main(["sandbox", "run", "--set", "sandbox.time_limit_s=0.3", "--", "sleep", "10"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["reason"] == "timeout" and out["wall_s"] < 3, out
+
+
 def test_sandbox_run_without_a_command_is_a_usage_error(capsys):
     assert cli.main(["sandbox", "run"]) == 2
     assert "after --" in capsys.readouterr().err
