@@ -34,6 +34,7 @@ from tempering.pool import TaskPool
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
 from tempering.runtime import StopRequest, threads_per_process
+from tempering.sandbox import telemetry as sandbox_log
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -134,6 +135,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         # Steps after the checkpoint are redone: forget what the interrupted run logged for them.
         rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state["step"])
         rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state["step"])
+        sandbox_log.rewind(run_dir, state["step"])
     else:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool.alphabet)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
-from tempering.config import RewardConfig
+from tempering.config import RewardConfig, SandboxConfig
 from tempering.records import Budget, Task, Trajectory
-from tempering.reward import VERIFIERS, RewardService, Verdict
+from tempering.reward import VERIFIERS, RewardService, Submission, Verdict
 from tempering.sandbox.unisolated import UnisolatedSandbox
 from tempering.tokenizer import char_tokenizer
 
@@ -29,6 +29,10 @@ def sample(text, finish="stop", ids=None):
 
 def service(cfg=RewardConfig(), sandbox=None):
     return RewardService(cfg, TOKENIZER, sandbox)
+
+
+def score(svc, pairs):
+    return svc.score([Submission(t, s) for t, s in pairs])
 
 
 class Slow:
@@ -57,7 +61,7 @@ def slow():
 
 def test_weights_components_and_reasons():
     svc = service(RewardConfig(weights={"outcome": 1.0, "partial": 0.5}))
-    right, close, junk, empty = svc.score([(task(), sample("42")), (task(), sample("43")),
+    right, close, junk, empty = score(svc, [(task(), sample("42")), (task(), sample("43")),
                                            (task(), sample("\x00\ufffd<eos>")), (task(), sample("  "))])
     assert right.total == 1.5 and right.outcome == 1.0 and not right.failed
     assert close.components == {"outcome": 0.0, "partial": 0.5} and close.total == 0.25
@@ -69,22 +73,22 @@ def test_weights_components_and_reasons():
 
 def test_crash_and_timeout_are_marked_failures(slow):
     svc = service(RewardConfig(timeout_s=0.5, workers=2))
-    crashed, late, fine = svc.score([(task("crash"), sample("1")), (task("slow"), sample("1")), (task(), sample("42"))])
+    crashed, late, fine = score(svc, [(task("crash"), sample("1")), (task("slow"), sample("1")), (task(), sample("42"))])
     assert not slow.finished.is_set()  # score gave up on the verifier at its deadline, not when it returned
     assert crashed.failed and "ZeroDivisionError: boom" in crashed.reason
     assert late.failed and "timed out" in late.reason
     assert fine.outcome == 1.0 and not fine.failed
-    unknown, = svc.score([(task("nosuch"), sample("1"))])
+    unknown, = score(svc, [(task("nosuch"), sample("1"))])
     assert unknown.failed and "unknown verifier 'nosuch'" in unknown.reason
     svc.close()
 
 
 def test_pool_recovers_when_every_worker_is_stuck(slow):
     svc = service(RewardConfig(timeout_s=0.3, workers=1))
-    first = svc.score([(task("slow"), sample("1")), (task(), sample("42"))])
+    first = score(svc, [(task("slow"), sample("1")), (task(), sample("42"))])
     assert not slow.finished.is_set()
     assert first[0].failed and first[1].failed and "exhausted" in first[1].reason
-    again, = svc.score([(task(), sample("42"))])
+    again, = score(svc, [(task(), sample("42"))])
     assert again.outcome == 1.0
     svc.close()
 
@@ -92,20 +96,35 @@ def test_pool_recovers_when_every_worker_is_stuck(slow):
 def test_program_output_runs_in_the_sandbox():
     svc = service(sandbox=UnisolatedSandbox())
     t = task("program_output", answer="14")
-    ok, wrong, broken, loop = svc.score([(t, sample("print(8+2+4)")), (t, sample("print(7)")), (t, sample("print(8+")),
+    ok, wrong, broken, loop = score(svc, [(t, sample("print(8+2+4)")), (t, sample("print(7)")), (t, sample("print(8+")),
                                          (t, sample("while True: pass"))])
     assert ok.components == {"outcome": 1.0, "partial": 1.0, "executes": 1.0}
     assert wrong.components == {"outcome": 0.0, "partial": 0.0, "executes": 1.0} and wrong.reason == "wrong output"
-    close, = svc.score([(t, sample("print(8+2+5)"))])  # prints 15 for 14: one digit of two agrees
+    close, = score(svc, [(t, sample("print(8+2+5)"))])  # prints 15 for 14: one digit of two agrees
     assert close.components == {"outcome": 0.0, "partial": 0.5, "executes": 1.0}
     assert broken.components["executes"] == 0.0 and "nonzero_exit" in broken.reason and not broken.failed
     assert loop.reason == "program timeout" and not loop.failed
     svc.close()
 
 
+def test_program_output_runs_under_the_configured_limits():
+    """A task whose budget sets no limits runs its program under the sandbox's `[sandbox]`
+    limits, the output cap included (no cap of the verifier's own)."""
+    free = Task(id="t1", domain="d", prompt="p", verifier="program_output", answer="x" * 5000, budget=Budget())
+    svc = service(sandbox=UnisolatedSandbox(SandboxConfig()))
+    long, = score(svc, [(free, sample("print('x' * 5000)"))])  # past the 4096 bytes it was once capped at
+    assert long.components["outcome"] == 1.0, long
+    svc.close()
+    svc = service(sandbox=UnisolatedSandbox(SandboxConfig(time_limit_s=0.5, output_limit_bytes=100)))
+    loud, slow = score(svc, [(free, sample("print('x' * 5000)")), (free, sample("import time; time.sleep(3)"))])
+    assert loud.reason == "program output_limit" and not loud.failed, loud
+    assert slow.reason == "program timeout" and not slow.failed, slow  # 0.5 s, not the 5 s default
+    svc.close()
+
+
 def test_program_output_without_sandbox_is_a_failure_not_a_zero():
     svc = service()
-    r, = svc.score([(task("program_output"), sample("print(1)"))])
+    r, = score(svc, [(task("program_output"), sample("print(1)"))])
     assert r.failed and "needs a sandbox" in r.reason
     svc.close()
 
@@ -118,7 +137,7 @@ def test_a_sampled_special_token_is_not_an_exact_answer():
     inside = digits[:1] + [TOKENIZER.inner.token_to_id("<bos>")] + digits[1:] + [TOKENIZER.eos_id]
     assert sample("", ids=padded).text == sample("", ids=inside).text == "052"  # what decoding hides
     t = task(answer="052")
-    right, pad, bos, cut = svc.score([(t, sample("052")), (t, sample("", ids=padded)), (t, sample("", ids=inside)),
+    right, pad, bos, cut = score(svc, [(t, sample("052")), (t, sample("", ids=padded)), (t, sample("", ids=inside)),
                                       (t, sample("052", finish="length"))])
     assert right.outcome == 1.0 and right.reason == "correct"
     assert pad.outcome == 0.0 and pad.reason == "special token '<pad>' inside the answer" and not pad.failed
@@ -134,6 +153,6 @@ def test_a_program_with_a_special_token_inside_is_not_run():
     svc = service(sandbox=UnisolatedSandbox())
     ids = TOKENIZER.encode("print(1") + [TOKENIZER.eos_id] + TOKENIZER.encode("+2)") + [TOKENIZER.eos_id]
     assert sample("", ids=ids).text == "print(1+2)"
-    r, = svc.score([(task("program_output", answer="3"), sample("", ids=ids))])
+    r, = score(svc, [(task("program_output", answer="3"), sample("", ids=ids))])
     assert r.outcome == 0.0 and r.components["executes"] == 0.0 and "'<eos>'" in r.reason
     svc.close()

@@ -54,7 +54,8 @@ def test_short_run_end_to_end(tmp_path):
 
 
 def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
-    args = cli(tmp_path, "--run.name=r", "--run.checkpoint_every=2", "--buffer.drop_uniform_groups=false")
+    # enough SFT that the code domain writes programs that end (and so run in the sandbox)
+    args = cli(tmp_path, "--run.name=r", "--run.checkpoint_every=2", "--buffer.drop_uniform_groups=false", "--sft.steps=40")
     proc = subprocess.Popen([*args, "--run.steps=400"], cwd=ROOT, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ckpts = tmp_path / "r" / "checkpoints"
@@ -77,6 +78,15 @@ def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
     assert steps == list(range(1, latest + 3))
     fates = [json.loads(line) for line in (tmp_path / "r" / "samples.jsonl").read_text().splitlines()]
     assert len(fates) == (latest + 2) * 16 and {f["step"] for f in fates} == set(range(latest + 2))
+    # sandbox.jsonl is rewound too: every execution of a rollout batch joins to a code sample of
+    # that step in samples.jsonl (by its id), none ran twice, and each names its process. (The
+    # killed run's batches after the checkpoint drew other tasks: without the rewind their rows
+    # would join to nothing.)
+    runs = [json.loads(line) for line in (tmp_path / "r" / "sandbox.jsonl").read_text().splitlines()]
+    batch_runs = [(r["batch"], r["sample"]) for r in runs if r.get("batch") is not None]
+    code = {(f["step"], f"{f['task']}/{f['sample']}") for f in fates if f["domain"] == "code"}
+    assert batch_runs and set(batch_runs) <= code and len(set(batch_runs)) == len(batch_runs)
+    assert all(r["process"] and r["pid"] for r in runs)
 
     import torch
 

@@ -13,6 +13,7 @@ import concurrent.futures as cf
 import dataclasses
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from tempering.config import RewardConfig
@@ -20,7 +21,19 @@ from tempering.records import ExecReason, Reward, Task, Trajectory
 from tempering.reward.process import process_components
 from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import Sandbox
+from tempering.sandbox.request import ExecTag
 from tempering.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A sample to score: its task, the sample, the final workspace of its episode (tasks with
+    one), and the tag its verifier's sandbox executions carry in sandbox.jsonl."""
+
+    task: Task
+    sample: Trajectory
+    workspace: Any = None
+    tag: ExecTag = field(default_factory=ExecTag)
 
 
 class RewardService:
@@ -30,15 +43,16 @@ class RewardService:
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
 
-    def score(self, items: Sequence[tuple[Task, Trajectory] | tuple[Task, Trajectory, Any]]) -> list[Reward]:
-        """Reward of each (task, sample) or (task, sample, final workspace of its episode)."""
+    def score(self, items: Sequence[Submission]) -> list[Reward]:
+        """The reward of each submitted sample, in order."""
         self._renew_pool_if_exhausted()
         started: dict[int, float] = {}
         lock = threading.Lock()
 
-        def call(i: int, task: Task, sample: Trajectory, workspace: Any = None) -> Verdict:
+        def call(i: int, item: Submission) -> Verdict:
             with lock:
                 started[i] = time.monotonic()
+            task, sample = item.task, item.sample
             broken = [c.result.error for c in sample.tool_calls
                       if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
             if broken:
@@ -46,11 +60,11 @@ class RewardService:
             verifier = VERIFIERS.get(task.verifier)
             if verifier is None:
                 raise InfrastructureError(f"task {task.id}: unknown verifier {task.verifier!r}")
-            ctx = self.context if workspace is None else dataclasses.replace(self.context, workspace=workspace)
+            ctx = dataclasses.replace(self.context, workspace=item.workspace, tag=item.tag)
             verdict = verifier(task, sample, ctx)
             return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
 
-        futures = [self._pool.submit(call, i, *item) for i, item in enumerate(items)]
+        futures = [self._pool.submit(call, i, item) for i, item in enumerate(items)]
         rewards: list[Reward | None] = [None] * len(items)
         while any(r is None for r in rewards):
             cf.wait([f for f, r in zip(futures, rewards) if r is None], timeout=0.05,
@@ -58,7 +72,7 @@ class RewardService:
             now = time.monotonic()
             for i, fut in enumerate(futures):
                 if rewards[i] is None:
-                    rewards[i] = self._settle(fut, started.get(i), now, items[i][0])
+                    rewards[i] = self._settle(fut, started.get(i), now, items[i].task)
             if all(r is not None or i not in started for i, r in enumerate(rewards)) and self._all_stuck():
                 rewards = [r or _failure("verifier pool exhausted by timed-out verifiers") for r in rewards]
         return rewards  # type: ignore[return-value]

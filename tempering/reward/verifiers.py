@@ -11,11 +11,12 @@ Weighting the components is the service's job, not theirs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from tempering.records import ExecReason, Task, Trajectory
 from tempering.sandbox import ExecRequest, Sandbox
+from tempering.sandbox.request import ExecTag
 from tempering.tokenizer import Tokenizer
 
 
@@ -32,12 +33,13 @@ class Verdict:
 @dataclass(frozen=True)
 class VerifierContext:
     """What a verifier may use besides the task and the sample: the tokenizer that produced the
-    sample's ids, the sandbox for running code (None when the task mix needs none), and the
-    final workspace of the sample's episode (None for tasks without one)."""
+    sample's ids, the sandbox for running code (None when the task mix needs none), the final
+    workspace of the sample's episode (None for tasks without one), and the sample's tag."""
 
     tokenizer: Tokenizer
     sandbox: Sandbox | None = None
     workspace: Any = None
+    tag: ExecTag = field(default_factory=ExecTag)  # carried by the sandbox executions of the check
 
 
 Verifier = Callable[[Task, Trajectory, VerifierContext], Verdict]
@@ -99,9 +101,11 @@ def program_output(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verd
         return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, "empty program")
     if answer.problem:
         return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, answer.problem)
+    # Limits the task's budget leaves None, and the output cap, are the sandbox's ([sandbox]).
     result = ctx.sandbox.run(ExecRequest(
         command=("python3", "-I", "-S", "main.py"), files={"main.py": program.encode()},
-        time_limit_s=task.budget.time_limit_s, memory_mb=task.budget.memory_mb, output_limit_bytes=4096))
+        time_limit_s=task.budget.time_limit_s, memory_mb=task.budget.memory_mb,
+        tag=ctx.tag))
     if result.reason == ExecReason.SANDBOX_ERROR:
         raise InfrastructureError(f"sandbox failed: {result.error}")
     if not result.ok:
@@ -112,4 +116,18 @@ def program_output(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verd
     return Verdict({"outcome": 0.0, "partial": agreement(output, task.answer), "executes": 1.0}, "wrong output")
 
 
-VERIFIERS: dict[str, Verifier] = {"exact_answer": exact_answer, "program_output": program_output}
+def harbor_tests(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
+    """A Harbor-format task: its hidden tests run on the episode's final workspace in a fresh
+    sandbox (`tasks.harbor.verify`); the reward is what they write. `outcome` is that reward."""
+    from tempering.tasks.harbor import verify_folder  # the Harbor package loads only for its tasks
+
+    if ctx.sandbox is None or ctx.workspace is None or task.environment is None:
+        raise InfrastructureError("harbor_tests needs the sandbox and the episode's final workspace")
+    verdict = verify_folder(task.environment.folder, ctx.sandbox, ctx.workspace, ctx.tag)
+    if verdict.failed:
+        raise InfrastructureError(f"verification failed: {verdict.reason}")
+    return Verdict({"outcome": verdict.reward}, verdict.reason)
+
+
+VERIFIERS: dict[str, Verifier] = {"exact_answer": exact_answer, "program_output": program_output,
+                                  "harbor_tests": harbor_tests}

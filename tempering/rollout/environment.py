@@ -10,12 +10,14 @@ the sample they serve, so every sandbox execution can be joined to its sample.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from typing import Any
 
 from tempering.agent.tools import ToolHost, WorkspaceHost
 from tempering.records import Task
 from tempering.sandbox import Sandbox
+from tempering.sandbox.request import ExecTag
 
 _SETUP_CACHE = 64  # Harbor environments kept set up (their workspaces are small archives)
 
@@ -35,7 +37,7 @@ class Environments:
         if self.sandbox is None:
             raise RuntimeError(f"task {task.id} runs commands but no sandbox was started (its domain must say "
                                "sandbox=True)")
-        from tempering.sandbox.session import ExecTag, SessionSpec
+        from tempering.sandbox.session import SessionSpec
         from tempering.sandbox.workspace import Workspace
 
         if env is not None and env.folder:
@@ -43,11 +45,9 @@ class Environments:
         else:
             files = {name: text.encode() for name, text in (env.files if env else ())}
             spec = SessionSpec(workdir=env.workdir if env else "/workspace", workspace=Workspace.from_files(files))
-        kind, where = key
         b = task.budget
-        return [self.sandbox.open_session(_with(spec, cpu_s=b.cpu_s, wall_s=b.wall_s, max_commands=8 * b.max_turns,
-                                                tag=ExecTag(sample=f"{task.id}/{i}", batch=where if kind == "train" else None,
-                                                            eval=where if kind == "eval" else "")))
+        return [self.sandbox.open_session(dataclasses.replace(
+                    spec, cpu_s=b.cpu_s, wall_s=b.wall_s, max_commands=8 * b.max_turns, tag=sample_tag(task, i, key)))
                 for i in range(n)]
 
     def close(self, host: ToolHost) -> None:
@@ -66,7 +66,10 @@ class Environments:
         return self._setups[folder]
 
 
-def _with(spec: Any, **changes) -> Any:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
+def sample_tag(task: Task, index: int, key: Any) -> ExecTag:
+    """What joins a sandbox execution to its sample in sandbox.jsonl: the sample's id, and the
+    rollout batch or the evaluation it belongs to (`key` is the runner's ("train", batch) or
+    ("eval", label); other keys tag only the sample)."""
+    kind, where = key if isinstance(key, tuple) and len(key) == 2 else (None, None)
+    return ExecTag(sample=f"{task.id}/{index}", batch=where if kind == "train" else None,
+                   eval=where if kind == "eval" else "")

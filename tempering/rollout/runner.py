@@ -27,8 +27,8 @@ from tempering.agent.observation import ObservationRenderer
 from tempering.agent.tools import ToolHost, execute, tool_schemas
 from tempering.engine import LLM, SamplingParams
 from tempering.records import Group, Task, ToolCall
-from tempering.reward import RewardService
-from tempering.rollout.environment import Environments
+from tempering.reward import RewardService, Submission
+from tempering.rollout.environment import Environments, sample_tag
 from tempering.rollout.episode import Episode
 from tempering.runtime import Stall
 from tempering.tokenizer import Tokenizer
@@ -217,7 +217,8 @@ class EpisodeRunner:
         trajectories = [ep.trajectory(self.tokenizer.decode(ep.token_ids)) for ep in group.episodes]
         try:
             workspaces = [getattr(h, "workspace", None) for h in group.hosts] or [None] * len(trajectories)
-            rewards = self.reward.score([(group.task, t, w) for t, w in zip(trajectories, workspaces)])
+            rewards = self.reward.score([Submission(group.task, t, w, sample_tag(group.task, i, group.key))
+                                         for i, (t, w) in enumerate(zip(trajectories, workspaces))])
         finally:
             self._close_hosts(group)
         return self._scored, group, Group(task=group.task, trajectories=trajectories, rewards=rewards)
