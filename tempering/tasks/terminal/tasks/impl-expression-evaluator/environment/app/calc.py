@@ -1,0 +1,5 @@
+"""Integer arithmetic expressions."""
+
+
+def evaluate(expression):
+    raise NotImplementedError
