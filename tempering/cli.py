@@ -1,4 +1,4 @@
-"""The `tempering` command: train | serve | generate | tasks [run-folder | import] | sandbox.
+"""The `tempering` command: train | serve | generate | tasks [run-folder | import | check] | sandbox.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -17,7 +17,7 @@ from tempering.errors import UserError
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tasks"] and argv[1:2] in (["run-folder"], ["import"]):  # tasks.harbor.cli.ACTIONS
+    if argv[:1] == ["tasks"] and argv[1:2] in (["run-folder"], ["import"], ["check"]):  # tasks.harbor.cli.ACTIONS
         from tempering.tasks.harbor.cli import main as harbor_main
 
         return harbor_main(argv[1:])

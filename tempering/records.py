@@ -121,7 +121,11 @@ class ToolCall:
 
     @property
     def failed(self) -> bool:
-        return bool(self.error) or (self.result is not None and not self.result.ok)
+        """The call could not be made or carried out, or its command had to be stopped (a
+        deadline, memory, the output cap). A command that exits non-zero (a failing test run)
+        is a call that worked."""
+        return bool(self.error) or (self.result is not None and self.result.reason not in (
+            ExecReason.OK, ExecReason.NONZERO_EXIT))
 
 
 @dataclass(frozen=True)

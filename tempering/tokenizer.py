@@ -164,7 +164,8 @@ def char_tokenizer(alphabet: str) -> Tokenizer:
     for c in chars:
         vocab.setdefault(c, len(vocab))
     inner = HFTokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    inner.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every char a token
+    # every char a token, newlines too ("." alone leaves runs of them as one unknown piece)
+    inner.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     inner.decoder = decoders.Fuse()
     inner.add_special_tokens(list(SPECIALS))
     return Tokenizer(inner, eos_token="<eos>", pad_token="<pad>", bos_token="<bos>")

@@ -94,7 +94,8 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             run.state["step"] += 1
             run.state["version"] += 1
             rollout.publish(run.model, run.state["version"])
-            timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds}
+            timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds,
+                       **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()}}
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]
@@ -137,7 +138,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state["step"])
         sandbox_log.rewind(run_dir, state["step"])
     else:
-        tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool.alphabet)
+        tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)
     tokenizer.save(run_dir / "tokenizer")
     trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens,
@@ -152,14 +153,18 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     return Run(cfg, run_dir, tokenizer, model, trainer, pool, advantage, state, started, threads)
 
 
-def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, alphabet: str) -> Tokenizer:
+def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, pool: TaskPool) -> Tokenizer:
     if cfg.path:
         return load_tokenizer(cfg.path)
     if model.path:
         if not Path(model.path).is_dir():
             raise UserError(f"model.path {model.path}: no such folder")
         return load_tokenizer(model.path)
-    return char_tokenizer(alphabet)
+    spellless = sorted(name for name, d in pool.domains.items() if not d.alphabet)
+    if spellless:
+        raise UserError(f"tasks.weights: domain {spellless[0]} needs a real tokenizer (its tasks are free text); "
+                        "set model.path or tokenizer.path")
+    return char_tokenizer(pool.alphabet)
 
 
 def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:

@@ -41,3 +41,11 @@ def test_bad_files_are_named(tmp_path, name, text, words):
 def test_missing_tokenizer_is_named(tmp_path):
     with pytest.raises(ValueError, match="no tokenizer.json"):
         load_tokenizer(tmp_path)
+
+
+def test_char_tokenizer_spells_every_character_newlines_included():
+    from tempering.tokenizer import char_tokenizer
+
+    tok = char_tokenizer("ab \n")
+    text = "a\n\nb \n\n\n"
+    assert len(tok.encode(text)) == len(text) and tok.decode(tok.encode(text)) == text

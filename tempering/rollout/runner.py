@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import queue
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -60,6 +61,10 @@ class EpisodeRunner:
         self._seen: set[tuple[int, int]] = set()  # (request, sample) whose turn was taken
         self._groups: list[_Group] = []
         self._pending_tasks = 0  # thread work in flight
+        # Where the time goes, summed: engine steps (wall, in the polling thread) and the
+        # threads' work (opening workspaces, tool calls, scoring), which overlaps them.
+        self.seconds = {"generate": 0.0, "open": 0.0, "tools": 0.0, "score": 0.0}
+        self._lock = threading.Lock()
         arch, cfg = engine.model.arch, engine.cfg
         # Positions past the model's trained context are garbage; a sliding window lifts that bound.
         self._context = cfg.max_seq_len if cfg.sliding_window else min(cfg.max_seq_len, arch.max_position_embeddings)
@@ -111,7 +116,10 @@ class EpisodeRunner:
         """Advance every group: one engine step (or, with nothing to generate, a wait of up to
         `timeout` for thread work), then whatever the threads finished. -> groups scored since."""
         if self.engine.has_unfinished():
-            for out in self.engine.step():
+            start = time.perf_counter()
+            outputs = self.engine.step()
+            self.seconds["generate"] += time.perf_counter() - start
+            for out in outputs:
                 self._take_turns(out)
         wait = timeout if self._pending_tasks and not self.engine.has_unfinished() else 0.0
         done: list[tuple[Any, Group]] = []
@@ -195,12 +203,17 @@ class EpisodeRunner:
     # -- in worker threads -------------------------------------------------------------------------
     def _in_thread(self, fn: Callable, group: _Group, *args) -> None:
         self._pending_tasks += 1
+        kind = _KINDS[fn.__name__]
 
         def work() -> None:
+            start = time.perf_counter()
             try:
                 self._events.put(fn(group, *args))
             except BaseException as e:  # noqa: BLE001 - re-raised in the polling thread
                 self._events.put((_raise, e))
+            finally:
+                with self._lock:
+                    self.seconds[kind] += time.perf_counter() - start
 
         self._threads.submit(work)
 
@@ -227,6 +240,9 @@ class EpisodeRunner:
         hosts, group.hosts = group.hosts, []
         for h in hosts:
             self.close_host(h)
+
+
+_KINDS = {"_open": "open", "_call_tools": "tools", "_score": "score"}
 
 
 def _raise(e: BaseException) -> None:

@@ -67,6 +67,9 @@ class RolloutBatch:
     seconds: float  # from its first group's start to its last group's score
     pass_rates: dict[str, float]
     startup_s: float | None = None  # on the worker's first batch: from spawn to ready to generate
+    # the runner's time since the previous batch: engine steps, and thread time (overlapping
+    # them) opening workspaces, running tools and scoring
+    runner_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class Worker:
         self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
         self.startup_s: float | None = time.monotonic() - spec.spawned_at
         self.progress = time.monotonic()  # the last batch started or handed over (stall deadline)
+        self.reported: dict[str, float] = {}  # runner.seconds as of the last batch handed over
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -180,11 +184,13 @@ class Worker:
         if len(batch.groups) < self.spec.rollout.tasks_per_step:
             return
         tokens = sum(t.num_model_tokens for g in batch.groups for t in g.trajectories)
+        split = {k: v - self.reported.get(k, 0.0) for k, v in self.runner.seconds.items()}
         item = RolloutBatch(b, batch.version, batch.groups, tokens, time.perf_counter() - batch.started,
-                            self.pool.pass_rates(), self.startup_s)
+                            self.pool.pass_rates(), self.startup_s, split)
         if self.out.try_put(item):
             del self.open[b]
             self.startup_s = None
+            self.reported = dict(self.runner.seconds)
             self.progress = time.monotonic()
 
     def _check_stall(self) -> None:

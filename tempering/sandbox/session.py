@@ -38,14 +38,15 @@ __all__ = ["ExecTag", "Session", "SessionDefaults", "SessionSpec", "SessionUsage
 @dataclass(frozen=True)
 class SessionSpec:
     """What an episode's sandbox session starts from and may use. `disk_mb` caps the workspace
-    (and HOME). `mounts` are more filesystems for every command: read-only ones from the host
-    (a task's /solution), writable ones (fresh for each command, or kept across commands when
-    `collect`, as /logs/agent)."""
+    (and HOME); None is the sandbox's `disk_mb` (`[sandbox]`), filled in when the session
+    opens, which checks the workspace against it then. `mounts` are more filesystems for every
+    command: read-only ones from the host (a task's /solution), writable ones (fresh for each
+    command, or kept across commands when `collect`, as /logs/agent)."""
 
     workdir: str = DEFAULT_WORKDIR
     workspace: Workspace = field(default_factory=Workspace)
     env: Mapping[str, str] = field(default_factory=dict)
-    disk_mb: int = 64
+    disk_mb: int | None = None  # None: sandbox.disk_mb
     max_commands: int = 64
     cpu_s: float = 60.0  # CPU seconds of all its commands together
     wall_s: float = 300.0  # wall-clock seconds of all its commands together
@@ -58,7 +59,7 @@ class SessionSpec:
                              f"cpu_s={self.cpu_s}, wall_s={self.wall_s}")
         # The same checks a command's request makes, once, with the workspace at workdir.
         Mount(self.workdir, writable=True, size_mb=self.disk_mb)
-        if self.workspace.size > self.disk_mb << 20:
+        if self.disk_mb is not None and self.workspace.size > self.disk_mb << 20:
             raise ValueError(f"SessionSpec.workspace holds {self.workspace.size} bytes, over disk_mb={self.disk_mb}")
 
 
@@ -73,6 +74,7 @@ class SessionDefaults:
     pids: int
     output_limit_bytes: int
     cpus: float  # the CPU bandwidth of one command: how fast it can spend the CPU budget
+    disk_mb: int  # the workspace's (and HOME's) size when the spec leaves it None
     env: Mapping[str, str] = field(default_factory=dict)  # the toolchain's PATH, PYTHONPATH, ...
     home: Workspace | None = None  # HOME's starting content; None: HOME stays the workdir
 
@@ -80,7 +82,8 @@ class SessionDefaults:
     def from_config(cls, cfg: "SandboxConfig", env: Mapping[str, str] | None = None,
                     home: Workspace | None = None) -> "SessionDefaults":
         return cls(time_limit_s=cfg.time_limit_s, memory_mb=cfg.memory_mb, pids=cfg.pids,
-                   output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus, env=env or {}, home=home)
+                   output_limit_bytes=cfg.output_limit_bytes, cpus=cfg.cpus, disk_mb=cfg.disk_mb, env=env or {},
+                   home=home)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class SessionUsage:
 
 class Session:
     def __init__(self, sandbox: "Sandbox", spec: SessionSpec, defaults: SessionDefaults) -> None:
+        """Raises ValueError when the spec leaves disk_mb to the sandbox and its workspace does
+        not fit the sandbox's."""
+        if spec.disk_mb is None:
+            spec = dataclasses.replace(spec, disk_mb=defaults.disk_mb)  # __post_init__ checks it again
         self._sandbox, self.spec, self._defaults = sandbox, spec, defaults
         self._workspace = spec.workspace
         self._kept: dict[str, Workspace] = {m.path: m.content for m in spec.mounts if m.collect}
@@ -195,6 +202,11 @@ class Session:
     @property
     def workspace(self) -> Workspace:
         return self._workspace
+
+    @property
+    def workdir(self) -> str:
+        """Where the workspace appears to the session's commands."""
+        return self.spec.workdir
 
     def collected(self, path: str) -> Workspace:
         """What a mount kept across commands holds now (a spec mount with `collect`, or HOME)."""

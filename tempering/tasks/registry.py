@@ -26,8 +26,9 @@ class Domain:
 
 def _load() -> dict[str, Domain]:
     from tempering.tasks import arithmetic, code, files, sorting, strings
+    from tempering.tasks.terminal import domain as terminal
 
-    found = [arithmetic.DOMAIN, code.DOMAIN, files.DOMAIN, sorting.DOMAIN, strings.DOMAIN]
+    found = [arithmetic.DOMAIN, code.DOMAIN, files.DOMAIN, sorting.DOMAIN, strings.DOMAIN, terminal.DOMAIN]
     return {d.name: d for d in found}
 
 

@@ -2,6 +2,7 @@
 
     tempering tasks run-folder PATH [--solution FILE] [--json] [--config FILE] [--set KEY=VALUE]...
     tempering tasks import DIR... [--oracle] [--noop] [--no-build] [--json] [--config FILE] [--set ...]
+    tempering tasks check terminal [--sample N [--seed S] | --tasks NAME...] [--json]
 
 run-folder sets a folder's environment up in a sandbox session, runs the solution script
 (default solution/solve.sh; FILE is mounted alone as /solution/solve.sh) and verifies in a
@@ -12,6 +13,8 @@ toolchain lacks, a RUN line that failed) or a sandbox that cannot start; 1 when 
 failed during the trial. import checks every task folder under the DIRs (`importer.scan`) and
 prints one line per folder, runnable or skipped with the reason (`--json`: one JSON object per
 line), and a count on stderr; it exits 0 once the scan ran, 2 for bad arguments or no folders.
+check runs a shipped task set's oracles (each must score 1) and a no-op (0) for each task, or a
+sample of them; it exits 1 when any task does not.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from tempering.tasks.harbor.folder import Unrunnable, load
 from tempering.tasks.harbor.importer import scan
 from tempering.tasks.harbor.trial import check_needs, run_trial
 
-ACTIONS = ("run-folder", "import")
+ACTIONS = ("run-folder", "import", "check")
+SHIPPED = ("terminal",)  # the shipped task sets `check` knows
 
 
 def main(argv: list[str]) -> int:
@@ -50,6 +54,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-build", action="store_true", help="do not build environments (no sandbox)")
     _common(p)
     p.set_defaults(handler=import_folders)
+    p = sub.add_parser("check", help="run every shipped task's oracle (reward 1) and a no-op (reward 0)")
+    p.add_argument("set", choices=SHIPPED)
+    p.add_argument("--sample", type=int, metavar="N", help="only N tasks, drawn with --seed (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tasks", nargs="+", metavar="NAME", help="only these tasks")
+    _common(p)
+    p.set_defaults(handler=check_shipped)
     args = parser.parse_args(argv)
     return args.handler(args)
 
@@ -134,3 +145,43 @@ def import_folders(args: argparse.Namespace) -> int:
         return 2
     print(f"{counts[True]} runnable, {counts[False]} skipped", file=sys.stderr)
     return 0
+
+
+def check_shipped(args: argparse.Namespace) -> int:
+    """Every chosen shipped task: its oracle must score 1, a no-op 0. Exits 0 when all do, 1
+    when any does not (each listed with why), 2 for bad arguments or a sandbox that cannot start."""
+    import random
+
+    from tempering.tasks.terminal import catalog, domain
+
+    names = catalog.names()
+    if args.tasks:
+        unknown = sorted(set(args.tasks) - set(names))
+        if unknown:
+            print(f"error: no shipped task {unknown[0]!r} ({len(names)} tasks)", file=sys.stderr)
+            return 2
+        names = args.tasks
+    elif args.sample is not None:
+        names = sorted(random.Random(args.seed).sample(names, min(args.sample, len(names))))
+    try:
+        cfg = _sandbox_config(args)
+        tc = toolchains.locate(cfg.toolchain)
+        sandbox = make_sandbox(cfg)
+    except (ConfigError, SandboxUnavailable, toolchains.ToolchainError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bad = 0
+    try:
+        for name in names:
+            (result,) = scan([domain.folder(name)], tc, sandbox, oracle=True, noop=True)
+            ok = result.runnable and result.oracle == 1.0 and result.noop == 0.0
+            bad += not ok
+            if args.json:
+                print(json.dumps({"task": name, "ok": ok, **result.to_json()}), flush=True)
+            else:
+                print(f"{'ok  ' if ok else 'FAIL'}  {name}  oracle {result.oracle} noop {result.noop}"
+                      f"{'' if ok else '  ' + result.reason}", flush=True)
+    finally:
+        sandbox.close()
+    print(f"{len(names) - bad} of {len(names)} tasks: oracle 1, no-op 0", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,98 @@
+"""The `terminal` domain: the shipped terminal coding tasks as RL tasks.
+
+An episode is an agent in a sandbox session at the task's WORKDIR (/app) with the `run`, `read`,
+`write`, `edit` and `submit` tools; the instruction is its prompt (a user message for chat
+models); the task's hidden tests, run on the final workspace in a fresh sandbox, give the
+reward (`harbor_tests`). Tasks are drawn at random (with replacement) from those the sandbox's
+toolchain can run; the others are skipped, and the reasons printed once per process. Folders are
+materialised once per machine and version of the shipped data, under the system's temporary
+directory, so every process sees the same paths (task identity includes the folder). The
+toolchain is looked up as `sandbox.toolchain = "auto"` finds it (a domain is not handed the
+sandbox section); a run whose `sandbox.toolchain` names another folder uses that one for the
+episodes themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tempering.records import Budget, Environment, Message, Task
+from tempering.tasks.registry import Domain
+from tempering.tasks.terminal import catalog
+
+TOOLS = ("run", "read", "write", "edit", "submit")
+SYSTEM = ("You are working in a Linux terminal. Use the tools to inspect and change files and run "
+          "commands in the workspace; call submit when the task is done.")
+
+
+@functools.cache
+def _root() -> Path:
+    """Where this version of the shipped tasks (their data and the code that builds them) is
+    materialised on this machine."""
+    h = hashlib.sha256()
+    for path in sorted(catalog.HERE.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(catalog.HERE)).encode() + b"\0" + path.read_bytes())
+    return Path(tempfile.gettempdir()) / f"tempering-terminal-{h.hexdigest()[:16]}"
+
+
+def folder(name: str) -> Path:
+    """Task `name` as a Harbor folder, materialised on first use (atomically: concurrent
+    processes may race to it)."""
+    dest = _root() / name
+    if not dest.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_ensure(_root())))
+        catalog.materialize(name, staging)
+        try:
+            os.rename(staging / name, dest)
+        except OSError:  # another process got there first; its copy is the same
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@functools.cache
+def runnable() -> tuple[str, ...]:
+    """The shipped tasks whose needs the toolchain meets; the others are reported once."""
+    from tempering.sandbox.toolchain import locate
+
+    toolchain = locate("auto")
+    ok, skipped = [], []
+    for info in catalog.tasks():
+        missing = (toolchain.missing(info.python_packages, (), info.commands) if toolchain is not None
+                   else ["the sandbox toolchain (build it with scripts/setup.sh)"])
+        (skipped if missing else ok).append((info.name, missing))
+    if skipped:
+        print(f"[tempering] terminal: {len(skipped)} of {len(ok) + len(skipped)} tasks skipped, e.g. "
+              f"{skipped[0][0]}: needs {', '.join(skipped[0][1])}", file=sys.stderr, flush=True)
+    return tuple(name for name, _ in ok)
+
+
+def _make(rng: random.Random) -> Task:
+    names = runnable()
+    if not names:
+        raise RuntimeError("terminal: no shipped task can run here (see the skip reasons above)")
+    name = rng.choice(names)
+    info = catalog.get(name)
+    path = folder(name)
+    instruction = (path / "instruction.md").read_text(encoding="utf-8")
+    return Task(id="", domain="terminal", prompt=instruction, verifier="harbor_tests", answer="",
+                messages=(Message("system", SYSTEM), Message("user", instruction)), tools=TOOLS,
+                environment=Environment(workdir="/app", folder=str(path)),
+                budget=Budget(max_turns=24, max_tokens=8192, wall_s=info.agent_timeout_sec, cpu_s=300.0))
+
+
+DOMAIN = Domain("terminal", "coding in a terminal against hidden tests (Harbor-format task folders)", "", _make,
+                sandbox=True)
