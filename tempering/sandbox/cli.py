@@ -28,8 +28,6 @@ from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.factory import SandboxUnavailable, make_sandbox
 from tempering.sandbox.request import ExecRequest
 
-WORKDIR_LIMIT_BYTES = 64 << 20
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `sandbox run` on the main CLI's subparsers; the handler is `args.handler`."""
@@ -88,13 +86,14 @@ def _request(args: argparse.Namespace, command: list[str], cfg) -> ExecRequest:
     # A flag not given (None) is the config's value; resolved here, as the sandbox would, so a
     # workdir too large for the memory limit is refused with the other input errors.
     return ExecRequest(
-        command=tuple(command), files=read_workdir(args.workdir) if args.workdir else {}, env=env,
+        command=tuple(command), files=read_workdir(args.workdir, cfg.disk_mb << 20) if args.workdir else {}, env=env,
         time_limit_s=args.time_limit, memory_mb=args.memory_mb, pids=args.pids,
         collect=tuple(args.collect)).resolved(cfg)
 
 
-def read_workdir(directory: str) -> dict[str, bytes]:
-    """The regular files under `directory` by relative name; symlinks are never followed."""
+def read_workdir(directory: str, limit_bytes: int) -> dict[str, bytes]:
+    """The regular files under `directory` by relative name; symlinks are never followed. More
+    than `limit_bytes` (the workspace's size, sandbox.disk_mb) is refused."""
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"--workdir {directory!r} is not a directory")
@@ -106,8 +105,9 @@ def read_workdir(directory: str) -> dict[str, bytes]:
             if not stat.S_ISREG(st.st_mode):
                 continue
             total += st.st_size
-            if total > WORKDIR_LIMIT_BYTES:
-                raise ValueError(f"--workdir {directory!r} holds more than {WORKDIR_LIMIT_BYTES} bytes")
+            if total > limit_bytes:
+                raise ValueError(f"--workdir {directory!r} holds more than the workspace's {limit_bytes} bytes "
+                                 f"(sandbox.disk_mb)")
             files[path.relative_to(root).as_posix()] = path.read_bytes()
     return files
 

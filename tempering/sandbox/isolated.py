@@ -7,8 +7,10 @@ cleans up if this process dies (`reaper`). Two pools: one-shot jobs run on inits
 before their job arrives (the fast path, as before sessions existed); jobs with mounts
 (session commands, verification) on a second pool, started on first use, whose inits mount
 the job's filesystems first and then confine themselves, and whose sandboxes see the
-toolchain. `run` is safe to call from many threads at once and always returns an ExecResult.
-Build it with `make_sandbox`, which runs the start-up check first.
+toolchain. `run` is safe to call from many threads at once and returns an ExecResult whatever
+the job or the sandbox does; it raises ValueError only for a request whose files do not fit
+the configured memory limit (`ExecRequest.resolved`). Build it with `make_sandbox`, which runs
+the start-up check first.
 """
 
 from __future__ import annotations

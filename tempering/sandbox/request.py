@@ -40,17 +40,18 @@ class ExecTag:
 
 @dataclass(frozen=True)
 class Mount:
-    """A fresh filesystem (a tmpfs of `size_mb`) at absolute `path` for one run, holding
-    `content`; read-only unless `writable`. A writable one with `collect` comes back packed as a
-    tar archive in `ExecResult.archives[path]` (at most `archive_limit` bytes). Read-only
-    content must come from the host (a task folder): it is unpacked before the job's init
-    drops its privileges (writable content is unpacked after)."""
+    """A fresh filesystem (a tmpfs of `size_mb`; None: the sandbox's `disk_mb`, filled in when
+    the request is resolved) at absolute `path` for one run, holding `content`; read-only unless
+    `writable`. A writable one with `collect` comes back packed as a tar archive in
+    `ExecResult.archives[path]` (at most `archive_limit` bytes). Read-only content must come
+    from the host (a task folder): it is unpacked before the job's init drops its privileges
+    (writable content is unpacked after)."""
 
     path: str
     content: Workspace = field(default_factory=Workspace)
     writable: bool = False
     collect: bool = False
-    size_mb: int = 64
+    size_mb: int | None = None  # None: sandbox.disk_mb
 
     def __post_init__(self) -> None:
         p = self.path
@@ -60,13 +61,15 @@ class Mount:
             raise ValueError(f"Mount.path {p!r} lies in the sandbox's own {', '.join(RESERVED_PATHS)}")
         if self.collect and not self.writable:
             raise ValueError(f"Mount {p!r}: only a writable mount can be collected")
-        if not 1 <= self.size_mb <= 1 << 20:
+        if self.size_mb is not None and not 1 <= self.size_mb <= 1 << 20:
             raise ValueError(f"Mount {p!r}: size_mb must be in [1, {1 << 20}], got {self.size_mb}")
 
     @property
     def archive_limit(self) -> int:
         """The most a packed archive of this filesystem may hold: its content plus tar headers
-        for as many files as a tmpfs of this size may hold (16384 inodes)."""
+        for as many files as a tmpfs of this size may hold (16384 inodes). Of a resolved
+        request's mounts (`size_mb` set)."""
+        assert self.size_mb is not None, "resolve the request first (ExecRequest.resolved)"
         return (self.size_mb << 20) * 2 + (8 << 20)
 
 
@@ -81,7 +84,8 @@ class ExecRequest:
     request, so its result and its telemetry row are of the limits that applied.
 
     `mounts` adds filesystems at absolute paths (a session's workspace, a task's hidden tests,
-    a log directory to read back); `workdir` is the working directory, /workspace or one of the
+    a log directory to read back; a mount's size left None is `[sandbox]`'s `disk_mb`, filled
+    in by `resolved` too); `workdir` is the working directory, /workspace or one of the
     mounts (or inside one), where `files` go and `collect` names are read. `tag` labels the
     run in the sandbox's telemetry."""
 
@@ -104,9 +108,13 @@ class ExecRequest:
 
     def resolved(self, cfg: "SandboxConfig") -> "ExecRequest":
         """This request with each limit it leaves None taken from `cfg` (the sandbox's
-        `[sandbox]` section): what a backend runs and logs. Raises ValueError, as the
-        constructor does, when the files do not fit the memory limit that now applies."""
+        `[sandbox]` section), and each mount's size it leaves None from `cfg.disk_mb`: what a
+        backend runs and logs. Raises ValueError, as the constructor does, when the files do
+        not fit the memory limit that now applies."""
         unset = {key: getattr(cfg, key) for key in LIMITS if getattr(self, key) is None}
+        if any(m.size_mb is None for m in self.mounts):
+            unset["mounts"] = tuple(dataclasses.replace(m, size_mb=cfg.disk_mb) if m.size_mb is None else m
+                                    for m in self.mounts)
         return dataclasses.replace(self, **unset) if unset else self
 
     def _check_limits(self) -> None:

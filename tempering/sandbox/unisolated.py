@@ -86,7 +86,9 @@ class UnisolatedSandbox:
             target.write_bytes(data)
         start = time.monotonic()
         proc = subprocess.Popen(
-            [*_limits(req, self._disk_bytes), *req.command], cwd=workspace,
+            # a file may be as large as the workspace (a session's may be larger than disk_mb), as in bwrap
+            [*_limits(req, max([self._disk_bytes, *(m.size_mb << 20 for m in req.mounts)])), *req.command],
+            cwd=workspace,
             env={**_BASE_ENV, "HOME": str(workspace), **req.env},
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, close_fds=True,

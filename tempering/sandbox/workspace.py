@@ -113,7 +113,11 @@ class Workspace:
         name; missing parent directories made 0755). ValueError when a parent is not a directory."""
         name = _name(path)
         info = tarfile.TarInfo(name)
-        info.size, info.mode, info.mtime = len(data), mode & 0o777, int(time.time())
+        # Later than the file it replaces, even within the same second: tools that trust mtime
+        # and size (Python's .pyc files, make) must see a rewrite of the same length as a change.
+        before = next((m.mtime for m in self._members() if m.name == name), None)
+        now = int(time.time())
+        info.size, info.mode, info.mtime = len(data), mode & 0o777, now if before is None else max(now, before + 1)
         return self._replaced({name}, [(info, data)])
 
     def mkdir(self, path: str, mode: int = 0o755) -> "Workspace":

@@ -15,7 +15,6 @@ from tempering.sandbox import ExecRequest
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
                                  reason="bubblewrap is not installed (apt-get install -y bubblewrap)")
 SECRET = "tempering-host-secret-3c1f9a"
-SANDBOX_UID = 65534
 
 
 def py(code: str, **kw) -> ExecRequest:
@@ -42,21 +41,62 @@ class OnePath:
         return result
 
 
-def sandbox_processes() -> list[int]:
-    """Live host processes running as the sandbox's host uid (zygotes, prepared inits, jobs).
-    Zombies are left out: they run nothing, and bwrap's exited inits are reparented to the
-    host's init, which reaps them when it gets round to it."""
-    pids = []
+def _stat(pid: str) -> tuple[str, int, int]:
+    """(state, parent pid, start time in clock ticks) from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()  # after the name, which may hold spaces
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def sandbox_processes(sandbox) -> dict[int, int]:
+    """Live host processes of one isolated backend, pid -> start time: its bwrap processes
+    (their command lines name its private staging directory) and every descendant of them
+    (zygotes, prepared inits, jobs and whatever those fork: each bwrap is the init of a pid
+    namespace, so even an orphaned job process stays below it). Other sandboxes on this
+    machine, another test run's included, are not counted; neither is the backend's reaper,
+    which names the staging directory too but runs nothing of a sandbox. Zombies are left out:
+    they run nothing, and bwrap's exited inits are reparented to the host's init, which reaps
+    them when it gets round to it."""
+    staging = str(sandbox._staging.root).encode()
+    reaper = sandbox._reaper.pid if sandbox._reaper is not None else None
+    children: dict[int, list[int]] = {}
+    seen: dict[int, tuple[str, int]] = {}
+    roots = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f if ":" in line)
-            except OSError:
-                continue
-            if int(fields.get("Uid", "-1 ").split()[0]) == SANDBOX_UID and not fields.get("State", "").strip().startswith("Z"):
-                pids.append(int(entry))
-    return pids
+                state, ppid, start = _stat(entry)
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except (OSError, ValueError, IndexError):
+                continue  # it ended meanwhile
+            pid = int(entry)
+            children.setdefault(ppid, []).append(pid)
+            seen[pid] = (state, start)
+            if staging in cmdline and pid != reaper:
+                roots.append(pid)
+    found, todo = {}, roots
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = seen[pid]
+            todo.extend(children.get(pid, ()))
+    return {pid: start for pid, (state, start) in found.items() if state != "Z"}
+
+
+def still_running(procs: dict[int, int]) -> list[int]:
+    """Those of `procs` (pid -> start time, from `sandbox_processes`) that still run: the same
+    pid with the same start time, so a pid the kernel has since given to another process of
+    this busy machine does not count."""
+    alive = []
+    for pid, start in procs.items():
+        try:
+            state, _, now = _stat(str(pid))
+        except (OSError, ValueError, IndexError):
+            continue
+        if now == start and state != "Z":
+            alive.append(pid)
+    return alive
 
 
 def host_cmdlines_containing(marker: str) -> list[int]:

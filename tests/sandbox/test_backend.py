@@ -180,15 +180,16 @@ def test_without_a_warm_pool_every_start_is_cold(sandbox_cfg):
 
 @needs_bwrap
 def test_close_ends_every_sandbox_process(sandbox_cfg):
-    from sandbox_helpers import sandbox_processes, wait_until
+    from sandbox_helpers import sandbox_processes, still_running, wait_until
 
-    before = set(sandbox_processes())
     sb = make_sandbox(sandbox_cfg)
     sb.run(py("pass"))
-    assert set(sandbox_processes()) - before
+    running = sandbox_processes(sb)  # this sandbox's only: other runs' come and go meanwhile
+    assert len(running) >= 2 * sandbox_cfg.workers, running  # a bwrap and its zygote per warm sandbox, at least
     tree = sb._tree
     sb.close()
-    assert wait_until(lambda: not (set(sandbox_processes()) - before))
+    # None of those is left, nor anything else below a bwrap of this sandbox.
+    assert wait_until(lambda: not still_running(running) and not sandbox_processes(sb)), still_running(running)
     assert not any(os.path.exists(f"{d}/{tree.name}") for d in tree.detection.dirs.values())
 
 

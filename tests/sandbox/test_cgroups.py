@@ -5,6 +5,7 @@ job and for the whole tree), used groups removed in the background."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,9 @@ def test_real_job_group_enforces_pids(real_tree):
 def test_stale_trees_of_dead_processes_are_swept():
     detection = hierarchy.detect()
     parent = next(iter(detection.dirs.values()))
-    stale = os.path.join(parent, "tempering-999999999-abcdef")
+    # A pid no process can have; a suffix of its own, so that another test run doing the same
+    # meanwhile does not collide with it.
+    stale = os.path.join(parent, f"tempering-999999999-{secrets.token_hex(3)}")
     os.mkdir(stale)
     os.mkdir(os.path.join(stale, "job-0"))
     tree = cgroups.Tree.create(detection)

@@ -1,7 +1,8 @@
 """The `[sandbox]` limits are the defaults of every run that sets none of its own: a one-shot
 job and a session command on either backend end by the configured deadline, memory, process and
-output limits, and the telemetry row records the limits that applied. An explicit limit still
-wins; `ExecRequest` and `SessionDefaults` hold no defaults of their own."""
+output limits, and the telemetry row records the limits that applied; a session's workspace and
+a mount left unsized get the configured disk_mb. An explicit limit still wins; `ExecRequest`,
+`Mount`, `SessionSpec` and `SessionDefaults` hold no defaults of their own."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 from sandbox_helpers import last_logged, py
 from tempering.config import SandboxConfig
 from tempering.records import Budget, ExecReason
-from tempering.sandbox import ExecRequest, SessionSpec, make_sandbox
+from tempering.sandbox import ExecRequest, Mount, SessionSpec, Workspace, make_sandbox
 from tempering.sandbox.factory import SandboxUnavailable
 from tempering.sandbox.session import SessionDefaults
 from tempering.sandbox.unisolated import UnisolatedSandbox
 
 LIMITED = SandboxConfig(workers=1, warm_pool=False, toolchain="", time_limit_s=1.0, memory_mb=64, pids=8,
-                        output_limit_bytes=100)
+                        output_limit_bytes=100, disk_mb=4)
 APPLIED = {"time_s": 1.0, "memory_mb": 64, "pids": 8, "output_bytes": 100}
 HOG = "b = []\nwhile True:\n    b.append(bytearray(16 << 20))"
 
@@ -42,10 +43,12 @@ def test_requests_and_session_defaults_hold_no_limits_of_their_own():
     req = ExecRequest(command=("true",))
     assert (req.time_limit_s, req.memory_mb, req.pids, req.output_limit_bytes) == (None, None, None, None)
     assert (Budget().time_limit_s, Budget().memory_mb) == (None, None)
+    assert (Mount("/logs").size_mb, SessionSpec().disk_mb) == (None, None)
     with pytest.raises(TypeError):
         SessionDefaults()  # every limit comes from a config
     d = SessionDefaults.from_config(LIMITED)
-    assert (d.time_limit_s, d.memory_mb, d.pids, d.output_limit_bytes, d.cpus) == (1.0, 64, 8, 100, LIMITED.cpus)
+    assert (d.time_limit_s, d.memory_mb, d.pids, d.output_limit_bytes, d.cpus, d.disk_mb) == (
+        1.0, 64, 8, 100, LIMITED.cpus, 4)
 
 
 def test_resolving_fills_only_what_the_request_leaves_unset():
@@ -57,6 +60,10 @@ def test_resolving_fills_only_what_the_request_leaves_unset():
     with pytest.raises(ValueError, match="quarter of memory_mb=16"):
         big.resolved(dataclasses.replace(LIMITED, memory_mb=16))
     assert big.resolved(SandboxConfig()).memory_mb == SandboxConfig().memory_mb
+    # A mount's size too: unset ones get disk_mb, an explicit one is kept.
+    mounted = ExecRequest(command=("true",), workdir="/app",
+                          mounts=(Mount("/app", writable=True), Mount("/b", size_mb=3)))
+    assert [m.size_mb for m in mounted.resolved(LIMITED).mounts] == [4, 3]
 
 
 def test_a_job_without_limits_gets_the_configured_ones(limited):
@@ -100,3 +107,17 @@ def test_a_session_command_without_limits_gets_the_configured_ones(limited):
         assert hog.reason == ExecReason.OOM, hog
         wider = s.run(("sleep", "0"), time_limit_s=2.0, memory_mb=96)
         assert wider.ok and last_logged(limited)["limits"] == {**APPLIED, "time_s": 2.0, "memory_mb": 96}
+
+
+def test_a_session_workspace_without_a_size_gets_the_configured_disk_mb(limited):
+    with limited.open_session(SessionSpec()) as s:
+        assert s.spec.disk_mb == 4
+        # 5 MB do not fit (bwrap: the workspace's tmpfs; unisolated: the file-size rlimit) ...
+        assert s.run(("bash", "-c", "head -c 5000000 /dev/zero > big; echo $?")).stdout.strip() != "0"
+        assert s.run(("bash", "-c", "rm big; head -c 3000000 /dev/zero > fits; echo $?")).stdout.strip() == "0"
+    with limited.open_session(SessionSpec(disk_mb=8)) as s:  # ... unless the session asks for more
+        assert s.spec.disk_mb == 8
+        assert s.run(("bash", "-c", "head -c 5000000 /dev/zero > big; echo $?")).stdout == "0\n"
+    # Checked against the configured size when the session opens.
+    with pytest.raises(ValueError, match="over disk_mb=4"):
+        limited.open_session(SessionSpec(workspace=Workspace.from_files({"f": b"x" * (5 << 20)})))

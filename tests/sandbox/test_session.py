@@ -85,11 +85,11 @@ def test_one_shot_limits_hold_inside_a_session(sandbox):
         assert r.reason == ExecReason.OOM and r.peak_memory_mb <= 65, r
         r = s.run(("python3", "-c", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"))
         assert r.reason == ExecReason.OUTPUT_LIMIT and len(r.stdout) + len(r.stderr) <= 65536, r.reason
-        baseline = len(sandbox_processes())
+        baseline = len(sandbox_processes(sandbox))  # this sandbox's: other runs start their own
         r = s.run(("python3", "-c", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                                     "        pass"), time_limit_s=1.0)
         assert r.reason == ExecReason.TIMEOUT
-        assert wait_until(lambda: len(sandbox_processes()) <= baseline)
+        assert wait_until(lambda: len(sandbox_processes(sandbox)) <= baseline)
         r = sh(s, "cat kept; ls /tmp")  # the workspace survived all of it; /tmp did not
         assert r.ok and r.stdout == "kept\n", r
 

@@ -135,3 +135,21 @@ def test_packing_a_deep_tree_stops_descending(tmp_path):
     data, skipped = archive.pack(str(tmp_path), 10 << 20)
     assert len(skipped) == 1 and "deeper than" in next(iter(skipped.values()))
     assert max(n.count("/") for n in Workspace(data).names()) == archive.MAX_DEPTH - 1
+
+
+def test_a_rewrite_of_the_same_length_is_newer_even_within_a_second():
+    """Python's .pyc files trust a source's mtime and size: an agent's one-character fix written
+    host-side in the second its file was built must still look changed, or the old bytecode
+    runs (and a correct fix scores 0)."""
+    import tarfile
+
+    from tempering.sandbox.workspace import Workspace
+
+    def mtime(ws, name):
+        with tarfile.open(fileobj=io.BytesIO(ws.archive)) as tar:
+            return tar.getmember(name).mtime
+
+    ws = Workspace.from_files({"calc.py": b"return a - b"})
+    fixed = ws.write("calc.py", b"return a + b")
+    again = fixed.write("calc.py", b"return a * b")
+    assert mtime(ws, "calc.py") < mtime(fixed, "calc.py") < mtime(again, "calc.py")

@@ -10,7 +10,8 @@ RUN only, ENV for everything after), SHELL sets RUN's shell. CMD, ENTRYPOINT, EX
 USER, VOLUME, HEALTHCHECK, STOPSIGNAL and ONBUILD change nothing here and are noted. What
 cannot be honoured raises `Unsupported` naming the line: multi-stage builds (a second FROM,
 COPY --from), ADD of a URL or an archive, heredocs, paths outside the final WORKDIR or the
-build context, another escape character.
+build context, another escape character. Reading the text into instructions and their words
+(continuations, JSON form, variables, quoting) is `dockerfile_syntax`'s.
 """
 
 from __future__ import annotations
@@ -27,14 +28,11 @@ from pathlib import Path
 from typing import Mapping
 
 from tempering.sandbox.workspace import Workspace
+from tempering.tasks.harbor.dockerfile_syntax import (Unsupported, env_pairs, instructions, json_form, substitute,
+                                                      unquote)
 
 _IGNORED = ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "USER", "VOLUME", "HEALTHCHECK", "STOPSIGNAL",
             "ONBUILD")
-_VAR = re.compile(r"\$(?:\{(\w+)(?::([-+])([^}]*))?\}|(\w+))")
-
-
-class Unsupported(ValueError):
-    """The Dockerfile asks for what an interpreted, offline build cannot do; says which line."""
 
 
 @dataclass(frozen=True)
@@ -91,37 +89,6 @@ class _State:
     notes: list = field(default_factory=list)
 
 
-def instructions(text: str) -> list[tuple[int, str, str]]:
-    """(line number, KEYWORD, arguments) for each instruction, continuation lines joined."""
-    lines = text.splitlines()
-    for line in lines:
-        m = re.match(r"#\s*(\w+)\s*=\s*(\S*)", line)
-        if not m:
-            break
-        if m.group(1).lower() == "escape" and m.group(2) != "\\":
-            raise Unsupported(f"Dockerfile line 1: escape character {m.group(2)!r} (only '\\' is supported)")
-    out, buf, start = [], [], 0
-    for number, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if not buf and (not stripped or stripped.startswith("#")):
-            continue
-        if buf and stripped.startswith("#"):
-            continue  # a comment inside a continued instruction
-        if not buf:
-            start = number
-        if line.rstrip().endswith("\\"):
-            buf.append(line.rstrip()[:-1])
-            continue
-        buf.append(line)
-        joined = " ".join(part.strip() for part in buf if part.strip())
-        keyword, _, args = joined.partition(" ")
-        out.append((start, keyword.upper(), args.strip()))
-        buf = []
-    if buf:
-        raise Unsupported(f"Dockerfile line {start}: the last instruction ends with a continuation")
-    return out
-
-
 def interpret(text: str, context: Path) -> Environment:
     """The environment a Dockerfile describes, its COPY sources read from `context`."""
     todo = instructions(text)
@@ -147,12 +114,12 @@ def _final_workdir(todo: list[tuple[int, str, str]]) -> str:
     workdir, env = "/", {}
     for number, keyword, args in todo:
         if keyword == "WORKDIR":
-            workdir = posixpath.normpath(posixpath.join(workdir, _substitute(args, env)))
+            workdir = posixpath.normpath(posixpath.join(workdir, substitute(args, env)))
         elif keyword == "ENV":
-            env.update(_env_pairs(args, env, number))
+            env.update(env_pairs(args, env, number))
         elif keyword == "ARG":
             name, eq, value = args.partition("=")
-            env.setdefault(name.strip(), _unquote(value) if eq else "")
+            env.setdefault(name.strip(), unquote(value) if eq else "")
     if workdir == "/":
         raise Unsupported("Dockerfile: the final WORKDIR is / (the workspace must be a directory of its own)")
     return workdir
@@ -161,21 +128,21 @@ def _final_workdir(todo: list[tuple[int, str, str]]) -> str:
 def _from(state: _State, number: int, args: str, final: str, where: str) -> None:
     if state.base:
         raise Unsupported(f"{where}: multi-stage builds (a second FROM) are not supported")
-    state.base = _substitute(args.split()[0] if args else "", state.args) or "?"
+    state.base = substitute(args.split()[0] if args else "", state.args) or "?"
 
 
 def _arg(state: _State, number: int, args: str, final: str, where: str) -> None:
     name, eq, value = args.partition("=")
-    value = _unquote(_substitute(value, {**state.args, **state.env})) if eq else ""
+    value = unquote(substitute(value, {**state.args, **state.env})) if eq else ""
     state.args.setdefault(name.strip(), value)  # a build-arg's default; no --build-arg here
 
 
 def _env(state: _State, number: int, args: str, final: str, where: str) -> None:
-    state.env.update(_env_pairs(args, {**state.args, **state.env}, number))
+    state.env.update(env_pairs(args, {**state.args, **state.env}, number))
 
 
 def _workdir(state: _State, number: int, args: str, final: str, where: str) -> None:
-    state.workdir = posixpath.normpath(posixpath.join(state.workdir, _substitute(args, {**state.args, **state.env})))
+    state.workdir = posixpath.normpath(posixpath.join(state.workdir, substitute(args, {**state.args, **state.env})))
     rel = _inside(state.workdir, final)
     if rel:  # WORKDIR creates the directory
         state.steps.append(Copy("", Workspace().mkdir(rel), into_dir=True, line=number))
@@ -195,7 +162,7 @@ def _run(state: _State, number: int, args: str, final: str, where: str) -> None:
     flags = re.match(r"((?:--\S+\s+)*)(.*)", args, re.S)
     if flags.group(1).strip():
         raise Unsupported(f"{where}: RUN options ({flags.group(1).strip()}) are not supported")
-    argv = _json_form(args)
+    argv = json_form(args)
     if argv is None:
         argv = [*state.shell, args]
     below = _inside(state.workdir, final)
@@ -206,7 +173,7 @@ def _run(state: _State, number: int, args: str, final: str, where: str) -> None:
 
 
 def _copy(state: _State, number: int, args: str, final: str, where: str, add: bool = False) -> None:
-    words = _json_form(args) or shlex.split(_substitute(args, {**state.args, **state.env}))
+    words = json_form(args) or shlex.split(substitute(args, {**state.args, **state.env}))
     options = {}
     while words and words[0].startswith("--"):
         name, _, value = words.pop(0)[2:].partition("=")
@@ -268,51 +235,6 @@ def _inside(path: str, workdir: str) -> str | None:
     if path == workdir:
         return ""
     return path[len(workdir) + 1:] if path.startswith(workdir + "/") else None
-
-
-def _json_form(args: str) -> list[str] | None:
-    if not args.startswith("["):
-        return None
-    try:
-        argv = json.loads(args)
-    except ValueError:
-        return None
-    return argv if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv) else None
-
-
-def _substitute(text: str, env: Mapping[str, str]) -> str:
-    def value(m: re.Match) -> str:
-        name = m.group(1) or m.group(4)
-        current = env.get(name, "")
-        if m.group(2) == "-":
-            return current or m.group(3)
-        if m.group(2) == "+":
-            return m.group(3) if current else ""
-        return current
-    return _VAR.sub(value, text)
-
-
-def _unquote(value: str) -> str:
-    value = value.strip()
-    return shlex.split(value)[0] if value and value[0] in "'\"" else value
-
-
-def _env_pairs(args: str, env: Mapping[str, str], number: int) -> dict[str, str]:
-    first = args.split(None, 1)[0] if args.strip() else ""
-    if "=" not in first:  # the legacy form: ENV KEY the rest of the line
-        key, _, value = args.strip().partition(" ")
-        return {key: _substitute(value.strip(), env)}
-    try:
-        words = shlex.split(args)
-    except ValueError as e:
-        raise Unsupported(f"Dockerfile line {number} (ENV): {e}") from None
-    pairs = {}
-    for word in words:
-        key, eq, value = word.partition("=")
-        if not eq:
-            raise Unsupported(f"Dockerfile line {number} (ENV): {word!r} is not KEY=VALUE")
-        pairs[key] = _substitute(value, {**env, **pairs})
-    return pairs
 
 
 _HANDLERS = {"FROM": _from, "ARG": _arg, "ENV": _env, "WORKDIR": _workdir, "SHELL": _shell, "RUN": _run,

@@ -37,7 +37,9 @@ class Unrunnable(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The runner's caps on a task's own settings, and the sizes it gives its filesystems."""
+    """The runner's caps on a task's own settings, and the sizes it gives its filesystems. A
+    command's process and output limits are not here: task.toml has no such settings, so its
+    commands get `[sandbox]`'s `pids` and `output_limit_bytes`, as every session command does."""
 
     verifier_s: float = 600.0  # the most test.sh may run, whatever task.toml asks
     agent_s: float = 600.0  # the most a solution script (the oracle) may run
@@ -45,8 +47,6 @@ class Limits:
     memory_mb: int = 2048
     disk_mb: int = 256  # the workspace (a tmpfs: it counts as memory)
     logs_mb: int = 16  # /logs/verifier and /logs/agent
-    pids: int = 256
-    output_limit_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -140,15 +140,16 @@ def _config(path: Path) -> TaskConfig:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise Unrunnable(f"{path}: not valid TOML: {e}") from None
     verifier, agent, env, ours = (_table(doc, path, name) for name in ("verifier", "agent", "environment", "tempering"))
-    memory = env.get("memory_mb", env.get("memory", 2048))
+    memory = env.get("memory_mb", env.get("memory", TaskConfig.memory_mb))
     storage = env.get("storage_mb", env.get("storage"))
     return TaskConfig(
         storage_mb=None if storage is None else _megabytes(storage, path, "environment.storage"),
         needs=needs.Needs(*(_strings(ours, key, path) for key in ("python_packages", "apt_packages", "commands"))),
-        verifier_timeout_s=_seconds(verifier, "timeout_sec", 600.0, path, "verifier"),
-        agent_timeout_s=_seconds(agent, "timeout_sec", 600.0, path, "agent"),
-        build_timeout_s=_seconds(env, "build_timeout_sec", 600.0, path, "environment"),
-        memory_mb=_megabytes(memory, path, "environment.memory"), cpus=_seconds(env, "cpus", 1.0, path, "environment"),
+        verifier_timeout_s=_seconds(verifier, "timeout_sec", TaskConfig.verifier_timeout_s, path, "verifier"),
+        agent_timeout_s=_seconds(agent, "timeout_sec", TaskConfig.agent_timeout_s, path, "agent"),
+        build_timeout_s=_seconds(env, "build_timeout_sec", TaskConfig.build_timeout_s, path, "environment"),
+        memory_mb=_megabytes(memory, path, "environment.memory"),
+        cpus=_seconds(env, "cpus", TaskConfig.cpus, path, "environment"),
         verifier_env={str(k): str(v) for k, v in _table(verifier, path, "verifier.env", "env").items()},
         metadata=_table(doc, path, "metadata"))
 
