@@ -11,9 +11,9 @@ tailed, as a slow build or a test with timeouts would be). Commands run in real 
 sessions; verification runs each task's hidden tests in a fresh sandbox. Episode lengths and
 command durations vary, as they do in RL. Environments are set up once, before timing.
 
-Prints one JSON object: episodes per second for both, their ratio, and where the time went
+Prints one JSON object: episodes per second for both, their ratio, where the time went
 (generation = engine steps; tools and verification = the seconds of those calls, which overlap
-generation when pipelined).
+generation when pipelined), and the mix of sandbox jobs (how many could use the Python fast path).
 Usage: python bench/agent.py [--tasks 6] [--samples 8] [--turns 6] [--turn-tokens 24]
 """
 
@@ -27,7 +27,9 @@ import json
 import os
 import random
 import string
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -66,7 +68,7 @@ def setup(args):
     arch = Arch(vocab_size=tok.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192)
     model = build_model(arch, seed=0).eval()
-    sandbox = make_sandbox(SandboxConfig(workers=4))
+    sandbox = make_sandbox(SandboxConfig(workers=4), log_dir=args.log_dir)
     names = sorted(random.Random(args.seed).sample(terminal.runnable(), args.tasks))
     tasks = []
     for i, name in enumerate(names):
@@ -162,6 +164,17 @@ def report(groups: list[Group], wall: float, split: dict) -> dict:
             "seconds": {k: round(v, 2) for k, v in split.items()}}
 
 
+def job_mix(log: Path) -> dict:
+    """What the episodes' sandbox jobs were (set-up, commands, verification), from the sandbox's
+    telemetry: how many ran in a fork of the sandbox's interpreter (the Python fast path) and
+    their share of the sandbox time."""
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    forked = [r for r in rows if r.get("in_process")]
+    total = sum(r["wall_s"] for r in rows)
+    return {"jobs": len(rows), "wall_s": round(total, 2), "forked_jobs": len(forked),
+            "forked_share_of_wall": round(sum(r["wall_s"] for r in forked) / max(total, 1e-9), 4)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=6)
@@ -170,6 +183,7 @@ def main() -> None:
     ap.add_argument("--turn-tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    args.log_dir = tempfile.mkdtemp(prefix="tempering-bench-agent-")
     torch.set_num_threads(1)
     tok, model, sandbox, envs, tasks, params = setup(args)
     out = {"tasks": [t.environment.folder.rsplit("/", 1)[1] for t in tasks], "samples_per_task": args.samples,
@@ -182,6 +196,7 @@ def main() -> None:
     finally:
         sandbox.close()
     out["speedup"] = round(out["pipelined"]["episodes_per_s"] / out["strict"]["episodes_per_s"], 2)
+    out["sandbox_jobs"] = job_mix(Path(args.log_dir) / "sandbox.jsonl")
     out["loadavg_1m"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=2))
 
