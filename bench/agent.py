@@ -13,7 +13,7 @@ command durations vary, as they do in RL. Environments are set up once, before t
 
 Prints one JSON object: episodes per second for both, their ratio, where the time went
 (generation = engine steps; tools and verification = the seconds of those calls, which overlap
-generation when pipelined), and the mix of sandbox jobs (how many could use the Python fast path).
+generation when pipelined), and how many sandbox jobs ran and their wall time.
 Usage: python bench/agent.py [--tasks 6] [--samples 8] [--turns 6] [--turn-tokens 24]
 """
 
@@ -164,15 +164,11 @@ def report(groups: list[Group], wall: float, split: dict) -> dict:
             "seconds": {k: round(v, 2) for k, v in split.items()}}
 
 
-def job_mix(log: Path) -> dict:
-    """What the episodes' sandbox jobs were (set-up, commands, verification), from the sandbox's
-    telemetry: how many ran in a fork of the sandbox's interpreter (the Python fast path) and
-    their share of the sandbox time."""
+def sandbox_jobs(log: Path) -> dict:
+    """How many sandbox jobs the episodes ran (set-up, commands, verification) and their wall
+    time together, from the sandbox's telemetry."""
     rows = [json.loads(line) for line in log.read_text().splitlines()]
-    forked = [r for r in rows if r.get("in_process")]
-    total = sum(r["wall_s"] for r in rows)
-    return {"jobs": len(rows), "wall_s": round(total, 2), "forked_jobs": len(forked),
-            "forked_share_of_wall": round(sum(r["wall_s"] for r in forked) / max(total, 1e-9), 4)}
+    return {"jobs": len(rows), "wall_s": round(sum(r["wall_s"] for r in rows), 2)}
 
 
 def main() -> None:
@@ -196,7 +192,7 @@ def main() -> None:
     finally:
         sandbox.close()
     out["speedup"] = round(out["pipelined"]["episodes_per_s"] / out["strict"]["episodes_per_s"], 2)
-    out["sandbox_jobs"] = job_mix(Path(args.log_dir) / "sandbox.jsonl")
+    out["sandbox_jobs"] = sandbox_jobs(Path(args.log_dir) / "sandbox.jsonl")
     out["loadavg_1m"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=2))
 

@@ -3,15 +3,13 @@
 Three jobs: a trivial Python program (`python3 -c "print(1)"`), a trivial exec (`true`: the
 sandbox's own cost) and a program that runs three unit tests (`python3 -m unittest`). For
 each: p50/p99 latency of a bare fork+exec (subprocess in a prepared directory: no isolation,
-no limits, no fresh workspace), of the warm pool with the Python fast path (`warm`: Python
-jobs run in a fork of the sandbox's interpreter), of the warm pool without it (`warm_exec`:
-every job execs), and of a cold start (a new bwrap sandbox per job); warm/bare p50 ratios;
-and, with `--workers` concurrent callers, jobs per second and CPU time per job (this process
-and its children, plus every process of the sandbox's cgroup tree), from which `capacity` is
-the jobs per second the machine's CPUs would sustain if nothing else ran: on a shared machine
-the wall-clock rate moves with other people's load, the CPU time much less. All measured in
-this one run, the three variants interleaved in rounds so that load from other processes
-spreads over all of them. Prints one JSON object.
+no limits, no fresh workspace), of the warm pool (`warm`) and of a cold start (a new bwrap
+sandbox per job); the warm/bare p50 ratio; and, with `--workers` concurrent callers, jobs per
+second and CPU time per job (this process and its children, plus every process of the
+sandbox's cgroup tree), from which `capacity` is the jobs per second the machine's CPUs would
+sustain if nothing else ran: on a shared machine the wall-clock rate moves with other people's
+load, the CPU time much less. All measured in this one run, bare and warm interleaved in
+rounds so that load from other processes spreads over both. Prints one JSON object.
 Usage: python bench/sandbox.py [--n 300] [--cold-n 30] [--workers 2] [--rounds 3]
 """
 
@@ -111,13 +109,6 @@ def sandbox_runner(sandbox, req: ExecRequest):
     return run, lambda: host_cpu() + sandbox._tree.cpu_s()
 
 
-def ran_in_process(sandbox, req: ExecRequest) -> bool:
-    """Whether the sandbox ran `req` in a fork of its interpreter (from its telemetry log)."""
-    sandbox.run(req)
-    with open(sandbox._log.path) as f:
-        return json.loads(f.readlines()[-1])["in_process"]
-
-
 def measure_job(req: ExecRequest, sandboxes: dict, workdir: str, args) -> dict:
     runners = {"bare": bare_runner(req, workdir), **{k: sandbox_runner(sb, req) for k, sb in sandboxes.items()
                                                      if k != "cold"}}
@@ -126,7 +117,7 @@ def measure_job(req: ExecRequest, sandboxes: dict, workdir: str, args) -> dict:
     per_round = max(1, args.n // args.rounds)
     latency = interleaved(runners, lambda r: timed(r[0], per_round), args.rounds)
     rates = interleaved(runners, lambda r: throughput(r, per_round, args.workers), args.rounds)
-    row = {"command": list(req.command), "in_process": ran_in_process(sandboxes["warm"], req)}
+    row = {"command": list(req.command)}
     for name in runners:
         row[name] = percentiles([x for run in latency[name] for x in run])
         jobs, seconds, cpu = map(sum, zip(*rates[name]))
@@ -135,8 +126,7 @@ def measure_job(req: ExecRequest, sandboxes: dict, workdir: str, args) -> dict:
         row[name]["cpu_ms_per_job"] = round(cpu / jobs * 1e3, 2)
         row[name]["capacity_jobs_per_s"] = round(os.cpu_count() * jobs / cpu, 1)
     row["cold"] = percentiles(timed(sandbox_runner(sandboxes["cold"], req)[0], args.cold_n))
-    for name in ("warm", "warm_exec"):
-        row[f"{name}_over_bare_p50"] = round(row[name]["p50_ms"] / row["bare"]["p50_ms"], 2)
+    row["warm_over_bare_p50"] = round(row["warm"]["p50_ms"] / row["bare"]["p50_ms"], 2)
     return row
 
 
@@ -145,13 +135,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="jobs per latency and throughput measurement")
     ap.add_argument("--cold-n", type=int, default=30)
     ap.add_argument("--workers", type=int, default=os.cpu_count())
-    ap.add_argument("--rounds", type=int, default=3, help="alternating passes over bare, warm and warm_exec")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating passes over bare and warm")
     args = ap.parse_args()
     cfg = SandboxConfig(workers=args.workers)
-    logs = tempfile.mkdtemp(prefix="tempering-bench-log-")
-    sandboxes = {"warm": make_sandbox(cfg, log_dir=logs),
-                 "warm_exec": make_sandbox(dataclasses.replace(cfg, python_fast_path=False)),
-                 "cold": make_sandbox(dataclasses.replace(cfg, warm_pool=False))}
+    sandboxes = {"warm": make_sandbox(cfg), "cold": make_sandbox(dataclasses.replace(cfg, warm_pool=False))}
     workdir = tempfile.mkdtemp(prefix="tempering-bench-")
     report = {"machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "cgroup_version": detect().version,
                           "python": PYTHON},
@@ -164,7 +151,6 @@ def main() -> None:
         for sb in sandboxes.values():
             sb.close()
         shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(logs, ignore_errors=True)
     report["loadavg_1m"]["end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(report, indent=2))
 

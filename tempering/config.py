@@ -152,10 +152,6 @@ class SandboxConfig:
     allow_unisolated: bool = False  # the unisolated backend runs untrusted code only if this is true
     workers: int = 4  # concurrent executions; also the number of warm sandboxes
     warm_pool: bool = True  # keep `workers` sandboxes started so that a job starts in milliseconds
-    # Run a Python job (python3 -c/-m/script with flags a fork can honour) in a fork of the
-    # sandbox's own interpreter instead of exec'ing a new one: the same isolation and results,
-    # at about 0.6x the CPU time for a trivial job (false: every job execs).
-    python_fast_path: bool = True
     time_limit_s: float = 5.0
     memory_mb: int = 256
     pids: int = 64  # processes and threads per job
@@ -174,8 +170,6 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         _require_choices(self, "sandbox")
         _require(self.workers > 0, "sandbox.workers", "an integer > 0", self.workers)
-        _require(isinstance(self.python_fast_path, bool), "sandbox.python_fast_path", "true or false",
-                 self.python_fast_path)
         _require(self.time_limit_s > 0, "sandbox.time_limit_s", "a number > 0", self.time_limit_s)
         _require(self.memory_mb >= 16, "sandbox.memory_mb", "an integer >= 16", self.memory_mb)
         _require(self.pids >= 4, "sandbox.pids", "an integer >= 4", self.pids)

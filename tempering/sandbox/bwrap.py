@@ -30,10 +30,7 @@ TOOLCHAIN_MOUNT = "/opt/toolchain"  # where a session sees the toolchain (`toolc
 NEWROOT = "/.newroot"  # guest.rootfs.NEWROOT
 GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec grants no capabilities)
 PATH = "/usr/local/bin:/usr/bin:/bin"
-# The zygote's locale and the jobs' default one (job.BASE_ENV), so that a job run in a fork of
-# the zygote's interpreter has the stdio encodings (and no UTF-8 mode) it would set up itself;
-# a job asking for another locale is exec'd (guest.pycommand).
-LOCALE = "C.UTF-8"
+LOCALE = "C.UTF-8"  # the zygote's locale and the jobs' default one (job.BASE_ENV)
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
         "protocols", "services", "mime.types", "ssl/certs", "ssl/openssl.cnf")
@@ -42,16 +39,8 @@ _PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 _GROUP = f"root:x:0:\nsandbox:x:{GUEST_UID}:\nnogroup:x:65534:\n"
 _HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
-# Before the guest imports anything, the zygote notes sys.modules, sys.path and the path
-# importer cache, then imports `site` without running it (it has -S) and notes sys.modules
-# again: the modules site needs (os, stat, posixpath, _collections_abc, ...) as freshly
-# imported. It drops them from sys.modules so that the guest imports copies of its own; jobs
-# run in a fork of this interpreter start from these untouched ones (guest.fresh).
-_ZYGOTE_MAIN = ("import sys; noted = dict(sys.modules), list(sys.path), dict(sys.path_importer_cache); "
-                "import site; noted += (dict(sys.modules),); "
-                "[sys.modules.pop(name) for name in noted[3] if name not in noted[0]]; "
-                f"sys.path.insert(0, {GUEST_ROOT!r}); from guest import zygote; "
-                "raise SystemExit(zygote.main(sys.argv, *noted))")
+_ZYGOTE_MAIN = (f"import sys; sys.path.insert(0, {GUEST_ROOT!r}); from guest import zygote; "
+                "raise SystemExit(zygote.main(sys.argv))")
 
 
 @dataclass

@@ -4,7 +4,7 @@ It wires the pieces together: the staging directory and bwrap command line (`bwr
 sandbox's cgroup subtree (`cgroups`), the warm pools of zygotes (`pool`, `zygote`), the host
 side of each execution (`job`), the per-execution log (`telemetry`) and the watcher that
 cleans up if this process dies (`reaper`). Two pools: one-shot jobs run on inits confined
-before their job arrives (the fast path, as before sessions existed); jobs with mounts
+before their job arrives (as before sessions existed); jobs with mounts
 (session commands, verification) on a second pool, started on first use, whose inits mount
 the job's filesystems first and then confine themselves, and whose sandboxes see the
 toolchain. `run` is safe to call from many threads at once and returns an ExecResult whatever
@@ -44,8 +44,7 @@ class IsolatedSandbox:
         self._cfg, self._run_as, self._toolchain = cfg, caps.run_as, toolchain
         self._home = toolchain.home() if toolchain else Workspace()  # HOME's start in every session
         self._settings = job.Settings(cpus=cfg.cpus, disk_mb=cfg.disk_mb,
-                                      collect_limit_bytes=cfg.collect_limit_bytes,
-                                      python_fast_path=cfg.python_fast_path)
+                                      collect_limit_bytes=cfg.collect_limit_bytes)
         self._staging = bwrap.Staging.create()
         argv = dict(bwrap=caps.bwrap, staging=self._staging, guest_python=cfg.guest_python,
                     ro_paths=tuple(cfg.ro_paths), disk_mb=cfg.disk_mb, disable_userns=caps.bwrap_version >= (0, 8, 0))
@@ -104,7 +103,7 @@ class IsolatedSandbox:
             pool.release(zygote, outcome.healthy)
             result = dataclasses.replace(outcome.result, start="warm" if warm else "cold")
             extra = {"setup_s": round(outcome.setup_s, 6), "skipped": outcome.skipped,
-                     "zygote_replaced": not outcome.healthy, "in_process": outcome.in_process}
+                     "zygote_replaced": not outcome.healthy}
         if self._log is not None:
             self._log.write(self.name, request, result, total_s=round(time.monotonic() - t0, 6), **extra)
         return result

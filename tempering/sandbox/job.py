@@ -38,7 +38,6 @@ class Settings:
     cpus: float
     disk_mb: int
     collect_limit_bytes: int
-    python_fast_path: bool = True  # let the guest run Python jobs in a fork of its interpreter
     setup_timeout_s: float = 10.0  # to hand the job over
     grace_s: float = 2.0  # after a kill, for the guest's report
 
@@ -49,7 +48,6 @@ class Outcome:
     healthy: bool  # False: the zygote misbehaved and must not serve another job
     skipped: dict = field(default_factory=dict)  # collect names refused, with why
     setup_s: float = 0.0
-    in_process: bool = False  # the guest ran the job in a fork of its interpreter (no exec)
 
 
 def execute(prepared: Prepared, req: ExecRequest, settings: Settings,
@@ -96,7 +94,7 @@ def _spec(req: ExecRequest, settings: Settings) -> tuple[dict, bytes]:
     spec = {
         "argv": list(req.command), "env": {**BASE_ENV, **req.env},
         "files": wire.encode_files(dict(req.files)), "collect": list(req.collect),
-        "collect_limit": settings.collect_limit_bytes, "python_fast_path": settings.python_fast_path,
+        "collect_limit": settings.collect_limit_bytes,
         # RLIMIT_AS is a loose backstop (4x): the cgroup is the real memory limit, and a tight
         # address-space limit breaks runtimes that reserve virtual memory up front.
         "rlimits": {"AS": [max(4 * mem, 1 << 30)] * 2, "CPU": [cpu, cpu + 1],
@@ -263,7 +261,7 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     reason = pump.ended_by or exit_reason(exit_code, stats.oom_kills > 0 or "MemoryError" in stderr[-2000:])
     result = ExecResult(reason=reason, exit_code=exit_code, files=files, archives=archives, error=error, **common)
     return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
-                   setup_s=setup_s, in_process=frame.get("in_process") is True)
+                   setup_s=setup_s)
 
 
 def _archives(frame: dict, tail: bytes) -> tuple[dict[str, bytes], str]:

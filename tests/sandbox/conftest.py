@@ -1,12 +1,9 @@
 """Session fixtures for the sandbox tests: one isolated sandbox for the whole session (started
-once, so the suite stays fast), a second one with the Python fast path off (every job execs),
-`each_path`, which gives an adversarial test each of the two in turn, and a host directory
-with a root-only secret bound read-only into both. Helpers that judge jobs from the host side
-are in sandbox_helpers.py."""
+once, so the suite stays fast) and a host directory with a root-only secret bound read-only
+into it. Helpers that judge jobs from the host side are in sandbox_helpers.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -14,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_helpers import SECRET, OnePath
+from sandbox_helpers import SECRET
 from tempering.config import SandboxConfig
 from tempering.sandbox import make_sandbox
 
@@ -39,31 +36,11 @@ def sandbox_cfg(secret_dir):
     return SandboxConfig(workers=2, disk_mb=16, ro_paths=(str(secret_dir),))
 
 
-def _started(cfg, tmp_path_factory):
+@pytest.fixture(scope="session")
+def sandbox(sandbox_cfg, tmp_path_factory):
     if shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (apt-get install -y bubblewrap)")
     os.environ["TEMPERING_TEST_SECRET"] = SECRET  # a parent-environment secret jobs must not see
-    return make_sandbox(cfg, log_dir=tmp_path_factory.mktemp("run"))
-
-
-@pytest.fixture(scope="session")
-def sandbox(sandbox_cfg, tmp_path_factory):
-    """Python jobs run in a fork of the sandbox's interpreter (the default)."""
-    sb = _started(sandbox_cfg, tmp_path_factory)
+    sb = make_sandbox(sandbox_cfg, log_dir=tmp_path_factory.mktemp("run"))
     yield sb
     sb.close()
-
-
-@pytest.fixture(scope="session")
-def exec_sandbox(sandbox_cfg, tmp_path_factory):
-    """Every job execs its command, Python ones included."""
-    sb = _started(dataclasses.replace(sandbox_cfg, python_fast_path=False), tmp_path_factory)
-    yield sb
-    sb.close()
-
-
-@pytest.fixture(params=["in_process", "exec"])
-def each_path(request):
-    """The test runs twice: Python jobs in a fork of the guest's interpreter, then exec'd."""
-    in_process = request.param == "in_process"
-    return OnePath(request.getfixturevalue("sandbox" if in_process else "exec_sandbox"), in_process)

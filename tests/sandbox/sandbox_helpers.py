@@ -1,5 +1,4 @@
-"""Helpers for the sandbox tests: requests, host-side process checks, the clean-state check, and
-a sandbox wrapper that checks which path each Python job took."""
+"""Helpers for the sandbox tests: requests, host-side process checks and the clean-state check."""
 
 from __future__ import annotations
 
@@ -25,20 +24,6 @@ def last_logged(sandbox) -> dict:
     """The sandbox's telemetry line for its latest job."""
     with open(sandbox._log.path) as f:
         return json.loads(f.read().splitlines()[-1])
-
-
-class OnePath:
-    """A sandbox whose Python jobs must all run in a fork of the guest's interpreter
-    (`in_process`) or all be exec'd; `run` checks each one's telemetry."""
-
-    def __init__(self, sandbox, in_process: bool) -> None:
-        self.sandbox, self.in_process = sandbox, in_process
-
-    def run(self, request: ExecRequest):
-        result = self.sandbox.run(request)
-        if request.command[0] == "python3":
-            assert last_logged(self.sandbox)["in_process"] == self.in_process, (request, result)
-        return result
 
 
 def _stat(pid: str) -> tuple[str, int, int]:

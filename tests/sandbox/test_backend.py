@@ -83,13 +83,6 @@ def test_config_refuses_paths_the_sandbox_mounts_over():
     assert load_config(None, ["--sandbox.ro_paths=['/srv/venv']"]).sandbox.ro_paths == ("/srv/venv",)
 
 
-def test_the_python_fast_path_is_on_unless_turned_off():
-    assert SandboxConfig().python_fast_path
-    assert load_config(None, ["--sandbox.python_fast_path=false"]).sandbox.python_fast_path is False
-    with pytest.raises(ConfigError, match="sandbox.python_fast_path"):
-        SandboxConfig(python_fast_path="no")
-
-
 @needs_bwrap
 def test_results_carry_output_exit_codes_and_telemetry(sandbox):
     r = sandbox.run(ExecRequest(command=("python3", "-c", "import sys; print(sys.stdin.read()[::-1]); "

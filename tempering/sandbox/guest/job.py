@@ -7,11 +7,9 @@ drops every capability, sets no_new_privs, installs the seccomp filter and says 
 host, which moves it into the job's cgroup while it waits: every process of the job is then
 born there. When the job comes (its stdio and spec), the init writes the request's files and
 spawns the command with that stdio, in a new session, under the job's rlimits, with default
-signal dispositions and no other descriptor. A Python command the guest can reproduce exactly
-(`pycommand`) runs instead in a fork of this init, which sets up the same process and then
-becomes a fresh interpreter (`inprocess`), unless the host turned that off. When the command
-exits, the init kills whatever it left behind (nothing survives the namespace), reaps it,
-collects the requested files safely and reports, saying which way the command ran.
+signal dispositions and no other descriptor. When the command exits, the init kills whatever
+it left behind (nothing survives the namespace), reaps it, collects the requested files
+safely and reports.
 Deadlines, cgroups and the output cap are the host's business.
 
 An init made with `confine_late` (the sandboxes that serve sessions) keeps its privileges
@@ -30,7 +28,7 @@ import signal
 import socket
 import time
 
-from . import collect, fresh, inprocess, pycommand, syscalls, wire
+from . import collect, syscalls, wire
 
 WORKSPACE = "/workspace"
 _SPEC_LIMIT = 1 << 30  # the host bounds requests; this only guards against a garbled header
@@ -38,13 +36,11 @@ _TMPFS_FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)  # Python changes these
 
 
-def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.Baseline | None,
-        confine_late: bool = False) -> int:
+def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, confine_late: bool = False) -> int:
     """Prepare, say READY, wait for the job on `sock`, run it, report. Returns an exit code.
-    `base` is the zygote's interpreter at start-up, for jobs run in a fork of it (None: this
-    interpreter is not one the fast path supports). SIGINT is at its default already: the
-    zygote reset it for every init it forks. `confine_late`: keep the privileges to mount the
-    job's filesystems until the job has said which it wants."""
+    SIGINT is at its default already: the zygote reset it for every init it forks.
+    `confine_late`: keep the privileges to mount the job's filesystems until the job has said
+    which it wants."""
     try:
         syscalls.unshare(syscalls.CLONE_NEWNS | syscalls.CLONE_NEWIPC)
         _mount_filesystems(disk_mb)
@@ -70,15 +66,14 @@ def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, base: fresh.B
         argv, env = list(spec["argv"]), dict(spec["env"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
-    in_process = base if spec.get("python_fast_path") else None
-    status, forked = _spawn_and_reap(argv, env, spec["rlimits"], stdio, sock, in_process, workdir)
+    status = _spawn_and_reap(argv, env, spec["rlimits"], stdio, workdir)
     names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
         files, skipped = collect.collect(workdir, names, limit)
     except OSError as e:
         files, skipped = {}, {name: f"workspace unreadable: {e}" for name in names}
     packed, sizes, errors = _pack(mounts, skipped)
-    report = {"status": status, "files": wire.encode_files(files), "skipped": skipped, "in_process": forked}
+    report = {"status": status, "files": wire.encode_files(files), "skipped": skipped}
     if mounts:
         report.update(archives=sizes, archive_errors=errors, tail=sum(sizes.values()))
     wire.send_frame(sock, report)
@@ -174,12 +169,10 @@ def _resolve(name: str, path: str) -> str:
     raise FileNotFoundError(f"{name!r} not found on PATH {path!r}")
 
 
-def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], sock: socket.socket,
-                    base: fresh.Baseline | None, workdir: str) -> tuple[int, bool]:
-    """Start the command in `workdir`, wait for it, then kill and reap everything else in the
-    namespace. A Python program the guest can run itself (when `base` is given) runs in a fork
-    of this init; anything else is spawned vfork-style (no copy of this interpreter). Returns
-    the command's wait status and whether it ran in a fork."""
+def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], workdir: str) -> int:
+    """Start the command in `workdir`, spawned vfork-style (no copy of this interpreter), wait
+    for it, then kill and reap everything else in the namespace. Returns the command's wait
+    status."""
     os.chdir(workdir)
     for name, (soft, hard) in rlimits.items():  # inherited by the command; harmless to the init
         resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
@@ -189,37 +182,18 @@ def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int],
                 os.set_inheritable(fd, False)  # the command gets its stdio and nothing else
             except OSError:
                 pass  # the directory's own descriptor, closed already
-    inv = None
     try:
         program = _resolve(argv[0], env.get("PATH", ""))
-        inv = _in_process(argv, env, program, base) if base is not None else None
-        if inv is not None:
-            child = inprocess.start(inv, program, env, stdio, sock, base)
-        else:
-            child = os.posix_spawn(program, argv, env, setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
-                                   file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
+        child = os.posix_spawn(program, argv, env, setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
+                               file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
     except OSError as e:
         os.write(stdio[2], f"tempering sandbox: cannot execute {argv[0]!r}: {e.strerror}\n".encode())
-        return 127 << 8, False
+        return 127 << 8
     finally:
         for fd in stdio:
             os.close(fd)
-    if inv is None:
-        _unprotect_from_oom(child)  # a forked job does this itself
-    return _reap(child), inv is not None
-
-
-def _in_process(argv: list[str], env: dict, program: str, base: fresh.Baseline) -> pycommand.Invocation | None:
-    """The invocation to run in a fork, or None to exec the command."""
-    inv = pycommand.parse(argv, env, base.locale)
-    if inv is None or program not in base.interpreters:
-        return None
-    if inv.mode == "script":
-        source = pycommand.read_script(inv.target)
-        if source is None:
-            return None
-        inv.source = source
-    return inv
+    _unprotect_from_oom(child)
+    return _reap(child)
 
 
 def _unprotect_from_oom(child: int) -> None:

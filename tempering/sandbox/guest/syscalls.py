@@ -1,8 +1,8 @@
 """ctypes wrappers for the Linux calls the guest needs and Python 3.11's `os` module lacks.
 
-unshare, setns, mount, prctl (and the process name), capset and installing a seccomp program,
-plus `fork_into`, the one way the guest forks. This module holds no policy: `job.py` decides
-what to mount and what to drop. Linux with glibc only.
+unshare, setns, mount, prctl, capset and installing a seccomp program, plus `fork_into`, the
+one way the guest forks. This module holds no policy: `job.py` decides what to mount and what
+to drop. Linux with glibc only.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 
 PR_SET_DUMPABLE = 4
-PR_SET_NAME = 15
 PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -86,17 +85,6 @@ def prctl(option: int, arg2: int = 0, arg3: int = 0) -> int:
     ret = _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), ctypes.c_ulong(arg3),
                       ctypes.c_ulong(0), ctypes.c_ulong(0))
     return _check(ret, f"prctl({option})")
-
-
-def set_name(name: str) -> None:
-    """The process name /proc/self/comm shows (the kernel keeps 15 bytes)."""
-    _check(_libc.prctl(ctypes.c_int(PR_SET_NAME), ctypes.c_char_p(name.encode()[:15]), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_NAME)")
-
-
-def flush_c_stdio() -> None:
-    """fflush(NULL): what exit() would write of C stdio buffers before os._exit drops them."""
-    _libc.fflush(None)
 
 
 def empty_bounding_set() -> None:

@@ -12,12 +12,10 @@ the next. The zygote never sees job data, so its memory, which every init inheri
 nothing of earlier jobs. It exits when the host closes the control socket; killing it kills
 every job of the sandbox (their pid namespaces are nested in its own).
 
-Run inside the sandbox as: python3 -I -S -B -c '<note sys.modules, sys.path, the path importer
-cache and the modules `site` imports; put the staging dir on sys.path>; from guest import
-zygote; raise SystemExit(zygote.main(sys.argv, *noted))' CONTROL_FD DISK_MB [late]. What is
-noted before any guest import is what a job run in a fork of this interpreter starts from
-(`fresh`). "late" makes inits that confine themselves only once their job has arrived, so that
-they can mount the filesystems it asks for (`job`, `rootfs`).
+Run inside the sandbox as: python3 -I -S -B -c '<put the staging dir on sys.path>; from guest
+import zygote; raise SystemExit(zygote.main(sys.argv))' CONTROL_FD DISK_MB [late]. "late"
+makes inits that confine themselves only once their job has arrived, so that they can mount
+the filesystems it asks for (`job`, `rootfs`).
 """
 
 from __future__ import annotations
@@ -28,28 +26,24 @@ import signal
 import socket
 import sys
 
-from . import fresh, job, seccomp, syscalls, wire
+from . import job, seccomp, syscalls, wire
 
 
-def main(argv: list[str], modules: dict, path: list[str], importers: dict, site_modules: dict) -> int:
+def main(argv: list[str]) -> int:
     ctrl = socket.socket(fileno=int(argv[1]))
     disk_mb = int(argv[2])
     confine_late = argv[3:4] == ["late"]
-    base = fresh.Baseline(modules, path, importers, site_modules) if fresh.SUPPORTED else None
-    if base is not None:
-        fresh.forget_guest_modules(base)
     syscalls.prctl(syscalls.PR_SET_DUMPABLE, 0)
     syscalls.empty_bounding_set()
     program = seccomp.build_program()  # built once; every init inherits it through fork
     syscalls.unshare(syscalls.CLONE_NEWPID)
-    child = syscalls.fork_into(_serve, ctrl, program, disk_mb, base, confine_late)
+    child = syscalls.fork_into(_serve, ctrl, program, disk_mb, confine_late)
     ctrl.close()
     _, status = os.waitpid(child, 0)
     return os.waitstatus_to_exitcode(status)
 
 
-def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseline | None,
-           confine_late: bool) -> int:
+def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, confine_late: bool) -> int:
     """Pid 1 of the zygote's own pid namespace: serve PREPAREs until the host goes away."""
     # Pid 1 ignores signals it has no handler for, but Python installs one for SIGINT. Reset
     # here, for this process and every job's init forked from it: otherwise a job could kill
@@ -72,8 +66,7 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseli
         try:
             syscalls.unshare(syscalls.CLONE_NEWPID)  # for the next child only
             try:
-                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb, base,
-                                   confine_late)
+                syscalls.fork_into(_init, ctrl, host_end, own_pidns, init_end, program, disk_mb, confine_late)
             finally:
                 syscalls.setns(own_pidns, syscalls.CLONE_NEWPID)
         except OSError as e:  # no init will speak on this socket: say why on its behalf
@@ -84,13 +77,13 @@ def _serve(ctrl: socket.socket, program: bytes, disk_mb: int, base: fresh.Baseli
 
 
 def _init(ctrl: socket.socket, host_end: socket.socket, own_pidns: int, init_end: socket.socket,
-          program: bytes, disk_mb: int, base: fresh.Baseline | None, confine_late: bool) -> int:
+          program: bytes, disk_mb: int, confine_late: bool) -> int:
     """The new pid namespace's pid 1: let go of the zygote's descriptors, become the job's init."""
     gc.disable()  # a short-lived process: collecting would only copy pages
     ctrl.close()
     host_end.close()
     os.close(own_pidns)
-    return job.run(init_end, program, disk_mb, base, confine_late)
+    return job.run(init_end, program, disk_mb, confine_late)
 
 
 def _reap_exited() -> None:
