@@ -131,8 +131,8 @@ def strict(tok, model, sandbox, envs, tasks, params, args) -> dict:
                                 tok.decode(c.token_ids))
             if calls:
                 turn = ep.num_assistant_turns - 1
-                work.append((ep, pool.submit(lambda e=ep, cs=calls, k=turn: [execute(x, e.task.tools, e.host,
-                                                                                     e.task.budget, k) for x in cs])))
+                work.append((ep, pool.submit(lambda e=ep, cs=calls, k=turn: [execute(x, e.task, e.host, k)
+                                                                             for x in cs])))
         t0 = time.perf_counter()
         for ep, fut in work:
             ep.add_results(fut.result())

@@ -193,7 +193,10 @@ class SandboxConfig:
 
 @dataclass(frozen=True)
 class TasksConfig:
+    # the mix: domain, family ("reasoning") or glob ("reasoning/*") -> weight; a family's or a
+    # glob's weight is shared by its domains, a domain's own key overrides them
     weights: dict[str, float] = field(default_factory=lambda: {"arithmetic": 1.0})
+    plugins: tuple[str, ...] = ()  # modules to import for their domains (besides entry points)
     eval_per_domain: int = 64  # held-out tasks per domain
     sft_per_domain: int = 2000  # reference solutions per domain available to SFT warm-up
     seed: int = 1234

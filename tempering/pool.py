@@ -1,8 +1,11 @@
 """`TaskPool`: draws training tasks from the domain mix and keeps the held-out split apart.
 
-Domains are drawn in proportion to `tasks.weights`; each task is generated procedurally from a
-seeded RNG, so the pool is reproducible and its state is one RNG. A stable hash of the prompt
-puts 1 task in 10 into the held-out split, which training never draws. Pass rates per domain
+The mix (`tasks.weights`) may name domains, families or globs (`registry.resolve_weights`);
+domains are drawn in proportion to their weights. A generator domain's tasks come from a seeded
+RNG, and a stable hash of the task (its prompt, environment and data reference) puts 1 in 10
+into the held-out split, which training never draws. A dataset domain has its own split: its
+training tasks are drawn without replacement, in a fresh shuffled order each epoch. Plugins
+(`tasks.plugins`) are loaded first, in every process that builds a pool. Pass rates per domain
 are tracked for metrics and for the scheduler. Priorities and curricula are not here yet.
 """
 
@@ -15,13 +18,15 @@ from collections import defaultdict
 
 from tempering.config import TasksConfig
 from tempering.records import Task
-from tempering.tasks import get_domain
+from tempering.tasks import Domain, get_domain, load_plugins, resolve_weights
 
 
 def _digest(task: Task) -> str:
-    # The environment is part of a task's identity: one prompt can name different workspaces.
+    # The environment and the data reference are part of a task's identity: one prompt can
+    # name different workspaces or documents.
     env = f"|{task.environment}" if task.environment is not None else ""
-    return hashlib.sha1(f"{task.domain}|{task.prompt}{env}".encode()).hexdigest()
+    ref = f"|{task.ref}" if task.ref else ""
+    return hashlib.sha1(f"{task.domain}|{task.prompt}{env}{ref}".encode()).hexdigest()
 
 
 def is_heldout(task: Task) -> bool:
@@ -29,14 +34,17 @@ def is_heldout(task: Task) -> bool:
 
 
 def with_id(task: Task) -> Task:
-    return dataclasses.replace(task, id=f"{task.domain}-{_digest(task)[:12]}")
+    return task if task.id else dataclasses.replace(task, id=f"{task.domain}-{_digest(task)[:12]}")
 
 
 class TaskPool:
     def __init__(self, cfg: TasksConfig, seed_offset: int = 0):
         self.cfg = cfg
-        self.domains = {name: get_domain(name) for name in cfg.weights}
+        load_plugins(cfg.plugins)
+        self.weights = resolve_weights(cfg.weights)
+        self.domains: dict[str, Domain] = {name: get_domain(name) for name in self.weights}
         self.rng = random.Random(cfg.seed + seed_offset)
+        self._orders: dict[str, list[Task]] = {}  # dataset domains: training tasks left this epoch
         self.passed: dict[str, float] = defaultdict(float)
         self.seen: dict[str, int] = defaultdict(int)
 
@@ -50,18 +58,29 @@ class TaskPool:
 
     def next_tasks(self, k: int) -> list[Task]:
         names = list(self.domains)
-        weights = [self.cfg.weights[n] for n in names]
-        return [self._draw(self.rng, self.rng.choices(names, weights)[0], heldout=False) for _ in range(k)]
+        weights = [self.weights[n] for n in names]
+        return [self._next(self.rng.choices(names, weights)[0]) for _ in range(k)]
 
     def heldout(self) -> list[Task]:
         """The evaluation set: the same tasks every time for a given config."""
         rng = random.Random(self.cfg.seed ^ 0x5EED)
-        return [self._draw(rng, name, heldout=True) for name in self.domains for _ in range(self.cfg.eval_per_domain)]
+        out = []
+        for name, d in self.domains.items():
+            if d.is_dataset:
+                out += [with_id(t) for t in d.load("heldout")[: self.cfg.eval_per_domain]]
+            else:
+                out += [self._draw(rng, name, heldout=True) for _ in range(self.cfg.eval_per_domain)]
+        return out
 
     def sft_examples(self) -> list[Task]:
         """Training-split tasks with reference completions, for SFT warm-up."""
         rng = random.Random(self.cfg.seed ^ 0xC0FFEE)
-        out = [self._draw(rng, name, heldout=False) for name in self.domains for _ in range(self.cfg.sft_per_domain)]
+        out = []
+        for name, d in self.domains.items():
+            if d.is_dataset:
+                out += [with_id(t) for t in d.load("train")[: self.cfg.sft_per_domain]]
+            else:
+                out += [self._draw(rng, name, heldout=False) for _ in range(self.cfg.sft_per_domain)]
         return [t for t in out if t.reference is not None]
 
     def record(self, domain: str, outcomes: list[float]) -> None:
@@ -70,6 +89,18 @@ class TaskPool:
 
     def pass_rates(self) -> dict[str, float]:
         return {d: self.passed[d] / self.seen[d] for d in self.seen if self.seen[d]}
+
+    def _next(self, name: str) -> Task:
+        domain = self.domains[name]
+        if not domain.is_dataset:
+            return self._draw(self.rng, name, heldout=False)
+        if not self._orders.get(name):  # a new epoch: every training task once more, in a new order
+            tasks = list(domain.load("train"))
+            if not tasks:
+                raise RuntimeError(f"domain {name}: its training split is empty")
+            self.rng.shuffle(tasks)
+            self._orders[name] = tasks
+        return with_id(self._orders[name].pop())
 
     def _draw(self, rng: random.Random, name: str, heldout: bool) -> Task:
         domain = self.domains[name]

@@ -49,16 +49,18 @@ class Environment:
 
 @dataclass(frozen=True)
 class Task:
-    """One checkable problem. `answer` is what the verifier checks against (hidden from the
-    model); `reference` is a known-good completion used for SFT warm-up, when one exists: the
-    text of each assistant turn when the task is an episode of several. `tools` are the tools
-    its episodes may call, `environment` the workspace they act on."""
+    """One checkable problem of a domain (which owns its check). `answer` is a short answer the
+    check compares with (hidden from the model; "" when the check needs none); `ref` is how the
+    domain rebuilds the task's larger data (a seed, a path: a document, a target mesh), never
+    the data itself; `reference` is a known-good completion used for SFT warm-up, when one
+    exists: the text of each assistant turn when the task is an episode of several. `tools` are
+    the tools its episodes may call, `environment` the workspace they act on."""
 
     id: str
     domain: str
     prompt: str
-    verifier: str
-    answer: str
+    answer: str = ""
+    ref: str = ""
     messages: tuple[Message, ...] = ()
     tools: tuple[str, ...] = ()
     environment: Environment | None = None

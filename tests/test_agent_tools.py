@@ -4,7 +4,7 @@ import pytest
 
 from tempering.agent.parsers import compact, get_parser, hermes
 from tempering.agent.tools import WorkspaceHost, execute, tool_schemas
-from tempering.records import Budget, ExecReason, ExecResult, ToolCall
+from tempering.records import Budget, ExecReason, ExecResult, Task, ToolCall
 
 ALL = ("run", "read", "write", "edit", "submit")
 
@@ -34,9 +34,13 @@ def test_compact_reads_one_call_with_positional_arguments():
         get_parser("xml")
 
 
+def task(allowed=ALL, budget=Budget()):
+    return Task(id="t", domain="files", prompt="", tools=allowed, budget=budget)
+
+
 def run(call, files=None, allowed=ALL):
     host = WorkspaceHost(files or {"src/a.py": b"x = 1\nprint(x)\n"}, workdir="/app")
-    return execute(call, allowed, host, Budget(), turn=0), host
+    return execute(call, task(allowed), host, turn=0), host
 
 
 def test_file_tools_act_on_the_workspace():
@@ -75,7 +79,7 @@ def test_a_tool_the_task_does_not_allow_is_unknown_to_it():
 
 
 def test_schemas_list_the_parameters():
-    (read,) = tool_schemas(("read",))
+    (read,) = tool_schemas(task(("read",)))
     assert read["function"]["name"] == "read"
     assert read["function"]["parameters"]["required"] == ["path"]
 
@@ -96,6 +100,6 @@ def test_run_gives_the_task_limits_or_leaves_them_to_the_sandbox():
     """A budget without limits passes None: the sandbox session's configured defaults apply."""
     host = RecordingHost()
     for budget in (Budget(), Budget(time_limit_s=2.0, memory_mb=96)):
-        out = execute(ToolCall("run", {"command": "true"}), ALL, host, budget, turn=1)
+        out = execute(ToolCall("run", {"command": "true"}), task(budget=budget), host, turn=1)
         assert out.output == "done\n[exit code 0]" and not out.error
     assert host.limits == [(None, None), (2.0, 96)]

@@ -21,7 +21,7 @@ def reward(total, failed=False):
                   reason="verifier crashed" if failed else "")
 
 
-TASK = Task(id="t", domain="d", prompt="p", verifier="exact_answer", answer="a")
+TASK = Task(id="t", domain="d", prompt="p", answer="a")
 
 
 def make_buffer(tmp_path, k=1, drop_uniform=True):

@@ -122,7 +122,7 @@ def runner(model, parse=always_read, workers=2, tok=TOK):
 
 
 def tool_task(i=0, turns=3) -> Task:
-    return Task(id=f"t{i}", domain="files", prompt="sort @a=", verifier="exact_answer", answer="1247",
+    return Task(id=f"t{i}", domain="files", prompt="sort @a=", answer="1247",
                 tools=("read",), environment=Environment(files=(("a", "4721"),)),
                 budget=Budget(max_turns=turns, max_tokens=60))
 
@@ -223,12 +223,12 @@ def test_hermes_episode_tokens_are_the_templates_rendering_of_the_conversation(q
     tok, hf = load_tokenizer(qwen_folder), transformers.AutoTokenizer.from_pretrained(str(qwen_folder))
     fmt = tool_format("auto", tok)
     assert fmt.name == "hermes"
-    task = Task(id="q", domain="d", prompt="", verifier="exact_answer", answer="1247", tools=("read",),
+    task = Task(id="q", domain="files", prompt="", answer="1247", tools=("read",),
                 messages=(), budget=Budget(max_turns=3, max_tokens=200))
     from tempering.records import Message
 
     task = dataclasses.replace(task, messages=(Message("user", "Sort the digits in a."),))
-    schemas = tool_schemas(task.tools)
+    schemas = tool_schemas(task)
     turns = ['<tool_call>\n{"name": "read", "arguments": {"path": "a"}}\n</tool_call>', "1247"]
     ep = Episode(task, 0, tok.encode_prompt("", task.messages, schemas), 200, 4096, fmt.parse, fmt.renderer,
                  WorkspaceHost({"a": b"4721"}))
@@ -247,7 +247,7 @@ def test_the_runner_drives_a_real_hf_folder_with_its_chat_template(qwen_folder):
     tok, hf = load_tokenizer(qwen_folder), transformers.AutoTokenizer.from_pretrained(str(qwen_folder))
     from tempering.records import Message
 
-    task = Task(id="q", domain="d", prompt="", verifier="exact_answer", answer="1247", tools=("read",),
+    task = Task(id="q", domain="files", prompt="", answer="1247", tools=("read",),
                 messages=(Message("user", "Sort the digits in a."),), environment=Environment(files=(("a", "4721"),)),
                 budget=Budget(max_turns=2, max_tokens=40))
     reward = RewardService(RewardConfig(), tok)
@@ -257,7 +257,7 @@ def test_the_runner_drives_a_real_hf_folder_with_its_chat_template(qwen_folder):
     reward.close()
     from tempering.agent.tools import tool_schemas
 
-    hf_prompt = hf.apply_chat_template([{"role": "user", "content": "Sort the digits in a."}], tools=tool_schemas(("read",)),
+    hf_prompt = hf.apply_chat_template([{"role": "user", "content": "Sort the digits in a."}], tools=tool_schemas(task),
                                        add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     for t in group.trajectories:
         assert t.prompt_ids == list(hf_prompt)

@@ -7,15 +7,18 @@ import pytest
 
 from tempering.config import RewardConfig, SandboxConfig
 from tempering.records import Budget, Task, Trajectory
-from tempering.reward import VERIFIERS, RewardService, Submission, Verdict
+from tempering.reward import RewardService, Submission, Verdict
+from tempering.tasks import Domain, register
 from tempering.sandbox.unisolated import UnisolatedSandbox
 from tempering.tokenizer import char_tokenizer
 
 TOKENIZER = char_tokenizer(string.printable + "\x00\ufffd")
 
 
-def task(verifier="exact_answer", answer="42"):
-    return Task(id="t1", domain="d", prompt="p", verifier=verifier, answer=answer, budget=Budget(time_limit_s=2))
+def task(domain="sorting", answer="42"):
+    """A task of `domain`, whose verifier checks it: sorting's exact answer, code's program output,
+    or the test domains below."""
+    return Task(id="t1", domain=domain, prompt="p", answer=answer, budget=Budget(time_limit_s=2))
 
 
 def sample(text, finish="stop", ids=None):
@@ -47,16 +50,27 @@ class Slow:
         return Verdict({"outcome": 1.0})
 
 
+def _crash(task, sample, context):
+    raise ZeroDivisionError("boom")
+
+
+SLOW: list[Slow] = []  # the current test's slow verifier
+
+
+def _slow(task, sample, context):
+    return SLOW[-1](task, sample, context)
+
+
+register([Domain("test/crash", "a verifier that raises", _crash, make=lambda rng: task("test/crash")),
+          Domain("test/slow", "a verifier that blocks", _slow, make=lambda rng: task("test/slow"))], "test_reward")
+
+
 @pytest.fixture
 def slow():
-    def crash(task, sample, context):
-        raise ZeroDivisionError("boom")
-
     verifier = Slow()
-    VERIFIERS.update(crash=crash, slow=verifier)
+    SLOW.append(verifier)
     yield verifier
     verifier.release.set()
-    del VERIFIERS["crash"], VERIFIERS["slow"]
 
 
 def test_weights_components_and_reasons():
@@ -73,19 +87,19 @@ def test_weights_components_and_reasons():
 
 def test_crash_and_timeout_are_marked_failures(slow):
     svc = service(RewardConfig(timeout_s=0.5, workers=2))
-    crashed, late, fine = score(svc, [(task("crash"), sample("1")), (task("slow"), sample("1")), (task(), sample("42"))])
+    crashed, late, fine = score(svc, [(task("test/crash"), sample("1")), (task("test/slow"), sample("1")), (task(), sample("42"))])
     assert not slow.finished.is_set()  # score gave up on the verifier at its deadline, not when it returned
     assert crashed.failed and "ZeroDivisionError: boom" in crashed.reason
     assert late.failed and "timed out" in late.reason
     assert fine.outcome == 1.0 and not fine.failed
-    unknown, = score(svc, [(task("nosuch"), sample("1"))])
-    assert unknown.failed and "unknown verifier 'nosuch'" in unknown.reason
+    unknown, = score(svc, [(task("test/nosuch"), sample("1"))])
+    assert unknown.failed and "unknown task domain 'test/nosuch'" in unknown.reason
     svc.close()
 
 
 def test_pool_recovers_when_every_worker_is_stuck(slow):
     svc = service(RewardConfig(timeout_s=0.3, workers=1))
-    first = score(svc, [(task("slow"), sample("1")), (task(), sample("42"))])
+    first = score(svc, [(task("test/slow"), sample("1")), (task(), sample("42"))])
     assert not slow.finished.is_set()
     assert first[0].failed and first[1].failed and "exhausted" in first[1].reason
     again, = score(svc, [(task(), sample("42"))])
@@ -95,7 +109,7 @@ def test_pool_recovers_when_every_worker_is_stuck(slow):
 
 def test_program_output_runs_in_the_sandbox():
     svc = service(sandbox=UnisolatedSandbox())
-    t = task("program_output", answer="14")
+    t = task("code", answer="14")
     ok, wrong, broken, loop = score(svc, [(t, sample("print(8+2+4)")), (t, sample("print(7)")), (t, sample("print(8+")),
                                          (t, sample("while True: pass"))])
     assert ok.components == {"outcome": 1.0, "partial": 1.0, "executes": 1.0}
@@ -110,7 +124,7 @@ def test_program_output_runs_in_the_sandbox():
 def test_program_output_runs_under_the_configured_limits():
     """A task whose budget sets no limits runs its program under the sandbox's `[sandbox]`
     limits, the output cap included (no cap of the verifier's own)."""
-    free = Task(id="t1", domain="d", prompt="p", verifier="program_output", answer="x" * 5000, budget=Budget())
+    free = Task(id="t1", domain="code", prompt="p", answer="x" * 5000, budget=Budget())
     svc = service(sandbox=UnisolatedSandbox(SandboxConfig()))
     long, = score(svc, [(free, sample("print('x' * 5000)"))])  # past the 4096 bytes it was once capped at
     assert long.components["outcome"] == 1.0, long
@@ -124,7 +138,7 @@ def test_program_output_runs_under_the_configured_limits():
 
 def test_program_output_without_sandbox_is_a_failure_not_a_zero():
     svc = service()
-    r, = score(svc, [(task("program_output"), sample("print(1)"))])
+    r, = score(svc, [(task("code"), sample("print(1)"))])
     assert r.failed and "needs a sandbox" in r.reason
     svc.close()
 
@@ -153,6 +167,6 @@ def test_a_program_with_a_special_token_inside_is_not_run():
     svc = service(sandbox=UnisolatedSandbox())
     ids = TOKENIZER.encode("print(1") + [TOKENIZER.eos_id] + TOKENIZER.encode("+2)") + [TOKENIZER.eos_id]
     assert sample("", ids=ids).text == "print(1+2)"
-    r, = score(svc, [(task("program_output", answer="3"), sample("", ids=ids))])
+    r, = score(svc, [(task("code", answer="3"), sample("", ids=ids))])
     assert r.outcome == 0.0 and r.components["executes"] == 0.0 and "'<eos>'" in r.reason
     svc.close()

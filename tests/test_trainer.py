@@ -77,7 +77,7 @@ def test_sft_learns_a_fixed_mapping():
     tok = char_tokenizer("abc=")
     model = build_model(Arch(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                              num_attention_heads=2, num_key_value_heads=1), seed=0)
-    tasks = [Task(id=str(i), domain="d", prompt=p, verifier="exact_answer", answer=a, reference=a)
+    tasks = [Task(id=str(i), domain="d", prompt=p, answer=a, reference=a)
              for i, (p, a) in enumerate([("a=", "b"), ("b=", "c"), ("c=", "a")])]
     batch = sft_batch(tok, tasks)
     assert batch.loss_mask.sum() == 6  # answer + eos for each

@@ -17,7 +17,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from tempering.records import Budget, ExecReason, ExecResult, ToolCall
+from tempering.records import Budget, ExecReason, ExecResult, Task, ToolCall
 
 
 class ToolHost(Protocol):
@@ -127,28 +127,37 @@ class ToolError(Exception):
     """A call the tool could not carry out; its message is the model's observation."""
 
 
-def execute(call: ToolCall, allowed: tuple[str, ...], host: ToolHost, budget: Budget, turn: int) -> ToolCall:
-    """Carry out `call` (as parsed). -> the call with `output`, or `error`, and the sandbox
-    `result` of a command."""
+def tools_for(task: Task) -> dict[str, Tool]:
+    """The tools `task`'s episodes may call: the common ones and its domain's own, as it lists them."""
+    from tempering.tasks import get_domain  # the registry imports the families, which import this
+
+    table = {**TOOLS, **get_domain(task.domain).tools}
+    return {name: table[name] for name in task.tools if name in table}
+
+
+def execute(call: ToolCall, task: Task, host: ToolHost, turn: int) -> ToolCall:
+    """Carry out `call` (as parsed) for an episode of `task`. -> the call with `output`, or
+    `error`, and the sandbox `result` of a command."""
     if call.error:
         return call
-    tool = TOOLS.get(call.name)
-    if tool is None or call.name not in allowed:
-        return dataclasses.replace(call, error=f"unknown tool {call.name!r}; the tools are {', '.join(allowed)}",
+    tools = tools_for(task)
+    tool = tools.get(call.name)
+    if tool is None:
+        return dataclasses.replace(call, error=f"unknown tool {call.name!r}; the tools are {', '.join(task.tools)}",
                                    error_kind="unknown_tool")
     try:
         args = _arguments(tool, call.arguments)
     except ToolError as e:
         return dataclasses.replace(call, error=str(e), error_kind="bad_arguments")
     try:
-        output, result = tool.call(args, host, budget, turn)
+        output, result = tool.call(args, host, task.budget, turn)
     except ToolError as e:
         return dataclasses.replace(call, error=str(e), error_kind="tool")
     return dataclasses.replace(call, output=output, result=result)
 
 
-def ends_episode(call: ToolCall) -> bool:
-    tool = TOOLS.get(call.name)
+def ends_episode(call: ToolCall, task: Task) -> bool:
+    tool = tools_for(task).get(call.name)
     return tool is not None and tool.ends_episode and not call.error
 
 
@@ -189,10 +198,10 @@ def _clip(text: str) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
-def tool_schemas(names: tuple[str, ...]) -> list[dict]:
-    """OpenAI-style function definitions of `names`, for chat templates' `tools` argument."""
+def tool_schemas(task: Task) -> list[dict]:
+    """OpenAI-style function definitions of `task`'s tools, for chat templates' `tools` argument."""
     return [{"type": "function", "function": {
         "name": t.name, "description": t.description,
         "parameters": {"type": "object", "required": [p.name for p in t.params],
                        "properties": {p.name: {"type": "string", "description": p.description} for p in t.params}}}}
-        for t in (TOOLS[n] for n in names)]
+        for t in tools_for(task).values()]

@@ -1,6 +1,7 @@
-"""Rewards: verifiers by name, and the service that runs them in batches under deadlines."""
+"""Rewards: the service that runs each domain's verifier in batches under deadlines, and what a
+verifier works with (`VerifierContext`) and returns (`Verdict`)."""
 
 from tempering.reward.service import RewardService, Submission
-from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict
+from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
 
-__all__ = ["RewardService", "Submission", "VERIFIERS", "Verdict", "InfrastructureError"]
+__all__ = ["RewardService", "Submission", "Verdict", "VerifierContext", "InfrastructureError"]

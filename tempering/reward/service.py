@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import multiprocessing as mp
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import pebble
+
 from tempering.config import RewardConfig
+from tempering.errors import UserError
 from tempering.records import ExecReason, Reward, Task, Trajectory
 from tempering.reward.process import process_components
-from tempering.reward.verifiers import VERIFIERS, InfrastructureError, Verdict, VerifierContext
+from tempering.reward.verdict import InfrastructureError, Verdict, Verifier, VerifierContext
 from tempering.sandbox import Sandbox
 from tempering.sandbox.request import ExecTag
+from tempering.tasks.registry import get_domain
 from tempering.tokenizer import Tokenizer
 
 
@@ -42,6 +47,8 @@ class RewardService:
         self.context = VerifierContext(tokenizer, sandbox)
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
+        self._processes: pebble.ProcessPool | None = None  # for heavy verifiers, started on first use
+        self._lock = threading.Lock()
 
     def score(self, items: Sequence[Submission]) -> list[Reward]:
         """The reward of each submitted sample, in order."""
@@ -57,11 +64,12 @@ class RewardService:
                       if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
             if broken:
                 raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
-            verifier = VERIFIERS.get(task.verifier)
-            if verifier is None:
-                raise InfrastructureError(f"task {task.id}: unknown verifier {task.verifier!r}")
+            try:
+                domain = get_domain(task.domain)
+            except UserError as e:
+                raise InfrastructureError(f"task {task.id}: {e}") from None
             ctx = dataclasses.replace(self.context, workspace=item.workspace, tag=item.tag)
-            verdict = verifier(task, sample, ctx)
+            verdict = self._heavy(domain.verify, task, sample, ctx) if domain.heavy else domain.verify(task, sample, ctx)
             return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
 
         futures = [self._pool.submit(call, i, item) for i, item in enumerate(items)]
@@ -79,6 +87,26 @@ class RewardService:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.stop()
+            self._processes.join(timeout=10)
+
+    def _heavy(self, verify: Verifier, task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
+        """`verify` in a worker process that is killed at the deadline (a thread cannot be):
+        mesh booleans and PDF parsing must not run on forever. The sandbox stays here."""
+        with self._lock:
+            if self._processes is None:
+                # spawned, not forked: this process has threads (and torch's) that a fork would copy mid-state
+                self._processes = pebble.ProcessPool(self.cfg.workers, context=mp.get_context("spawn"))
+        future = self._processes.schedule(verify, args=(task, sample, dataclasses.replace(ctx, sandbox=None)),
+                                          timeout=self.cfg.timeout_s)
+        try:
+            return future.result()
+        except cf.TimeoutError:
+            raise InfrastructureError(f"verifier of {task.domain} timed out after {self.cfg.timeout_s:g} s "
+                                      "(its process was killed)") from None
+        except pebble.ProcessExpired as e:
+            raise InfrastructureError(f"verifier of {task.domain} died: {e}") from None
 
     def _settle(self, fut: cf.Future, start: float | None, now: float, task: Task) -> Reward | None:
         if fut.done():
@@ -87,10 +115,10 @@ class RewardService:
             except InfrastructureError as e:
                 return _failure(str(e))
             except Exception as e:  # noqa: BLE001 - verifier code is a fault boundary
-                return _failure(f"verifier {task.verifier} crashed: {type(e).__name__}: {e}")
+                return _failure(f"verifier of {task.domain} crashed: {type(e).__name__}: {e}")
         if start is not None and now - start > self.cfg.timeout_s:
             self._stuck += 1
-            return _failure(f"verifier {task.verifier} timed out after {self.cfg.timeout_s:g} s")
+            return _failure(f"verifier of {task.domain} timed out after {self.cfg.timeout_s:g} s")
         return None
 
     def _combine(self, verdict: Verdict, domain: str) -> Reward:

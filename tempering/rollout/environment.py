@@ -1,7 +1,9 @@
 """Opening and closing the workspaces that a task's episodes act on.
 
-A task without tools has none. A task whose tools only read and write files gets a
-`WorkspaceHost` per episode (its files in memory; no sandbox, none started for it). A task that
+A task without tools has none. A domain whose tools act on an object of its own (a scene, a
+document) opens one per episode (`Domain.open_host`). A task whose tools only read and write
+files gets a `WorkspaceHost` per episode (its files in memory; no sandbox, none started for
+it). A task that
 runs commands gets a sandbox session per episode, all starting from the same workspace; a
 Harbor-format task folder's environment is set up once (its Dockerfile interpreted, RUN lines
 executed in the sandbox) and reused for every later group of that task. Sessions are tagged with
@@ -18,6 +20,7 @@ from tempering.agent.tools import ToolHost, WorkspaceHost
 from tempering.records import Task
 from tempering.sandbox import Sandbox
 from tempering.sandbox.request import ExecTag
+from tempering.tasks import get_domain
 
 _SETUP_CACHE = 64  # Harbor environments kept set up (their workspaces are small archives)
 
@@ -31,6 +34,9 @@ class Environments:
         env = task.environment
         if not task.tools:
             return None
+        domain = get_domain(task.domain)
+        if domain.open_host is not None:  # its tools act on an object of its own (a 3D scene, a document)
+            return [domain.open_host(task) for _ in range(n)]
         if "run" not in task.tools and (env is None or not env.folder):
             files = {name: text.encode() for name, text in (env.files if env else ())}
             return [WorkspaceHost(files, env.workdir if env else "/workspace") for _ in range(n)]

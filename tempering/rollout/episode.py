@@ -83,7 +83,7 @@ class Episode:
         results that would not leave the next turn room in the context)."""
         last = self.turns[-1]
         self.turns[-1] = Turn(last.role, last.start, last.end, tuple(calls))
-        if any(ends_episode(c) for c in calls):
+        if any(ends_episode(c, self.task) for c in calls):
             self.finish_reason = "stop"
             return
         if self.num_assistant_turns >= self.task.budget.max_turns:
@@ -127,6 +127,6 @@ def replay(episode: Episode, turns: Sequence[str], tokenizer: Tokenizer) -> Epis
         ids = tokenizer.encode(text) + [tokenizer.eos_id]
         calls = episode.add_turn(ids, [0.0] * len(ids), [-1] * len(ids), "stop", text)
         if calls:
-            episode.add_results([execute(c, episode.task.tools, episode.host, episode.task.budget,
-                                         episode.num_assistant_turns - 1) for c in calls])
+            episode.add_results([execute(c, episode.task, episode.host, episode.num_assistant_turns - 1)
+                                 for c in calls])
     return episode

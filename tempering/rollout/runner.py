@@ -105,7 +105,7 @@ class EpisodeRunner:
     def start(self, task: Task, n: int, params: SamplingParams, max_tokens: int, key: Any) -> None:
         """Start a group of `n` episodes of `task`; it comes out of `poll` scored, with `key`.
         `max_tokens` caps the model tokens of each episode (with the task's own budget)."""
-        tools = tool_schemas(task.tools) if task.tools and self.tokenizer.chat_template else None
+        tools = tool_schemas(task) if task.tools and self.tokenizer.chat_template else None
         prompt = self.tokenizer.encode_prompt(task.prompt, task.messages, tools)
         episodes = [Episode(task, i, prompt, max_tokens, self._context, self.parse, self.renderer) for i in range(n)]
         group = _Group(key, task, episodes, params)
@@ -222,14 +222,15 @@ class EpisodeRunner:
 
     def _call_tools(self, group: _Group, ep: Episode, calls: list[ToolCall]) -> tuple:
         turn = ep.num_assistant_turns - 1
-        done = [execute(c, ep.task.tools, ep.host, ep.task.budget, turn) if ep.host is not None
+        done = [execute(c, ep.task, ep.host, turn) if ep.host is not None
                 else dataclasses.replace(c, error="this task has no tools", error_kind="unknown_tool") for c in calls]
         return self._results, group, ep, done
 
     def _score(self, group: _Group) -> tuple:
         trajectories = [ep.trajectory(self.tokenizer.decode(ep.token_ids)) for ep in group.episodes]
         try:
-            workspaces = [getattr(h, "workspace", None) for h in group.hosts] or [None] * len(trajectories)
+            # what the verifier judges: a session's final workspace, or a domain's own host as it ended
+            workspaces = [getattr(h, "workspace", h) for h in group.hosts] or [None] * len(trajectories)
             rewards = self.reward.score([Submission(group.task, t, w, sample_tag(group.task, i, group.key))
                                          for i, (t, w) in enumerate(zip(trajectories, workspaces))])
         finally:

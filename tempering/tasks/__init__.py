@@ -1,9 +1,8 @@
-"""Task domains: procedural generators of checkable tasks, one file per domain family.
+"""Task domains: each owns how its tasks are made (a generator or a dataset), the tools its
+episodes may call and how an answer is checked (`domain.Domain`); the registry finds them by
+name, in the package and in plugins (`registry`). One module or folder per family."""
 
-A domain makes `Task` records; how an answer is checked is named by `Task.verifier` and lives in
-`tempering.reward`. `get_domain` is the registry's only door and fails with the known names.
-"""
+from tempering.tasks.domain import Domain
+from tempering.tasks.registry import domains, get_domain, load_plugins, register, resolve_weights
 
-from tempering.tasks.registry import DOMAINS, Domain, get_domain
-
-__all__ = ["DOMAINS", "Domain", "get_domain"]
+__all__ = ["Domain", "domains", "get_domain", "load_plugins", "register", "resolve_weights"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import random
 
 from tempering.records import Budget, Task
-from tempering.tasks.registry import Domain
+from tempering.tasks.checks import exact_answer
+from tempering.tasks.domain import Domain
 
 
 def _make(rng: random.Random) -> Task:
@@ -19,8 +20,9 @@ def _make(rng: random.Random) -> Task:
     else:
         a, b = max(a, b), min(a, b)
         prompt, answer = f"{a}-{b}=", str(a - b)
-    return Task(id="", domain="arithmetic", prompt=prompt, verifier="exact_answer", answer=answer,
+    return Task(id="", domain="arithmetic", prompt=prompt, answer=answer,
                 reference=answer, budget=Budget(max_tokens=8))
 
 
-DOMAIN = Domain("arithmetic", "add or subtract two numbers below 100", "0123456789+-=", _make)
+DOMAIN = Domain("arithmetic", "add or subtract two numbers below 100", exact_answer, make=_make,
+                alphabet="0123456789+-=")

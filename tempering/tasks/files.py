@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 
 from tempering.records import Budget, Environment, Task
-from tempering.tasks.registry import Domain
+from tempering.tasks.checks import exact_answer
+from tempering.tasks.domain import Domain
 
 NAMES = "abcdefgh"
 
@@ -22,11 +23,11 @@ def _make(rng: random.Random) -> Task:
     files = {n: "".join(str(rng.randint(0, 9)) for _ in range(rng.randint(4, 5))) for n in names}
     target = rng.choice(names)
     answer = "".join(sorted(files[target]))
-    return Task(id="", domain="files", prompt=f"sort @{target}=", verifier="exact_answer", answer=answer,
+    return Task(id="", domain="files", prompt=f"sort @{target}=", answer=answer,
                 tools=("read",), environment=Environment(files=tuple(sorted(files.items()))),
                 reference=(f"$read {target}", answer), budget=Budget(max_turns=3, max_tokens=16))
 
 
 # The alphabet covers the compact tool format too: the call ("$read c") and its result (">4721\n").
-DOMAIN = Domain("files", "sort the digits of a workspace file, read with a tool (multi-turn)",
-                "0123456789sort @=$read>\n" + NAMES, _make)
+DOMAIN = Domain("files", "sort the digits of a workspace file, read with a tool (multi-turn)", exact_answer,
+                make=_make, alphabet="0123456789sort @=$read>\n" + NAMES)

@@ -43,7 +43,7 @@ def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None) 
     if fmt is None:
         raise ValueError(f"task {task.id} has tools: its SFT example needs a tool format")
     hosts = Environments(None).open(task, 1, ("sft", None))
-    tools = tool_schemas(task.tools) if tokenizer.chat_template else None
+    tools = tool_schemas(task) if tokenizer.chat_template else None
     episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                       1 << 30, fmt.parse, fmt.renderer, hosts[0] if hosts else None)
     return replay(episode, task.reference_turns, tokenizer)

@@ -50,7 +50,7 @@ def write_task(root: Path) -> Path:
 
 def play(sandbox, folder: Path, turns: list[str]):
     task = Task(id="fix-add", domain="terminal", prompt="test_calc.py fails: fix add in /app/calc.py.\n",
-                verifier="harbor_tests", answer="", tools=("run", "read", "write", "edit", "submit"),
+                answer="", tools=("run", "read", "write", "edit", "submit"),
                 environment=Environment(workdir="/app", folder=str(folder)), budget=Budget(max_turns=8, max_tokens=4000))
     (host,) = Environments(sandbox).open(task, 1, ("train", 3))
     fmt = tool_format("compact", TOK)

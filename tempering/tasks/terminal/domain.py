@@ -23,8 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tempering.records import Budget, Environment, Message, Task
-from tempering.tasks.registry import Domain
+from tempering.records import Budget, Environment, Message, Task, Trajectory
+from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
+from tempering.tasks.domain import Domain
 from tempering.tasks.terminal import catalog
 
 TOOLS = ("run", "read", "write", "edit", "submit")
@@ -88,11 +89,24 @@ def _make(rng: random.Random) -> Task:
     info = catalog.get(name)
     path = folder(name)
     instruction = (path / "instruction.md").read_text(encoding="utf-8")
-    return Task(id="", domain="terminal", prompt=instruction, verifier="harbor_tests", answer="",
+    return Task(id="", domain="terminal", prompt=instruction, answer="",
                 messages=(Message("system", SYSTEM), Message("user", instruction)), tools=TOOLS,
                 environment=Environment(workdir="/app", folder=str(path)),
                 budget=Budget(max_turns=24, max_tokens=8192, wall_s=info.agent_timeout_sec, cpu_s=300.0))
 
 
-DOMAIN = Domain("terminal", "coding in a terminal against hidden tests (Harbor-format task folders)", "", _make,
-                sandbox=True)
+def harbor_tests(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
+    """A Harbor-format task: its hidden tests run on the episode's final workspace in a fresh
+    sandbox (`tasks.harbor.verify`); the reward is what they write. `outcome` is that reward."""
+    from tempering.tasks.harbor import verify_folder  # the Harbor package loads only for its tasks
+
+    if ctx.sandbox is None or ctx.workspace is None or task.environment is None:
+        raise InfrastructureError("harbor_tests needs the sandbox and the episode's final workspace")
+    verdict = verify_folder(task.environment.folder, ctx.sandbox, ctx.workspace, ctx.tag)
+    if verdict.failed:
+        raise InfrastructureError(f"verification failed: {verdict.reason}")
+    return Verdict({"outcome": verdict.reward}, verdict.reason)
+
+
+DOMAIN = Domain("terminal", "coding in a terminal against hidden tests (Harbor-format task folders)", harbor_tests,
+                make=_make, sandbox=True)

@@ -1,0 +1,61 @@
+"""`Domain`: a kind of task, everything the system needs to train on it.
+
+A domain is either a generator (`make(rng)` returns a fresh task) or a finite dataset
+(`load(split)` returns its "train" or "heldout" tasks; the pool draws the training ones without
+replacement, epoch after epoch). It owns its check (`verify`: the task, the sample, a
+`VerifierContext` -> a `Verdict`), the tools its episodes may call beyond the common ones, and,
+when those tools act on something other than files (a 3D scene, a document), `open_host`,
+which makes the per-episode object they act on; the verifier then receives that object's final
+state as `ctx.workspace`. A task carries its data by reference (`Task.ref`, `Task.environment`):
+the domain rebuilds what it needs from it, in whichever process needs it.
+
+Names are `family/name` (or a bare name, its own family): one module may register a whole
+family. `heavy` verifiers (mesh booleans, PDF parsing) run in a process that a deadline can
+kill; the others in a thread. `alphabet` exists for the demo's character tokenizer only: the
+characters a domain's text uses, "" for domains that need a real tokenizer. It does not hold or
+look up domains: `tempering.tasks.registry` does.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from tempering.records import Task
+
+if TYPE_CHECKING:  # the reward package looks domains up: importing it here would be a cycle
+    from tempering.reward.verdict import Verifier
+
+NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)?")
+SPLITS = ("train", "heldout")
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str
+    description: str
+    verify: Verifier
+    make: Callable[[random.Random], Task] | None = None
+    load: Callable[[str], Sequence[Task]] | None = None
+    tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent.tools.Tool, beyond the common ones
+    open_host: Callable[[Task], Any] | None = None  # the per-episode object its tools act on
+    sandbox: bool = False  # its episodes or its verifier run code: a run starts the sandbox for it
+    heavy: bool = False  # its verifier runs in a process a deadline can kill
+    alphabet: str = ""
+
+    def __post_init__(self) -> None:
+        if not NAME.fullmatch(self.name):
+            raise ValueError(f"domain name {self.name!r}: lowercase letters, digits, '_', '.', '-', "
+                             "with at most one '/' between a family and a name")
+        if (self.make is None) == (self.load is None):
+            raise ValueError(f"domain {self.name}: give exactly one of make (a generator) or load (a dataset)")
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    @property
+    def is_dataset(self) -> bool:
+        return self.load is not None
