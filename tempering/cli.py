@@ -17,10 +17,8 @@ from tempering.errors import UserError
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tasks"] and argv[1:2] in (["run-folder"], ["import"], ["check"]):  # tasks.harbor.cli.ACTIONS
-        from tempering.tasks.harbor.cli import main as harbor_main
-
-        return harbor_main(argv[1:])
+    if argv[:1] == ["tasks"]:
+        return _tasks(argv[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -44,11 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=1)
     p.set_defaults(handler=_generate)
 
-    p = sub.add_parser("tasks", help="list task domains, or show examples of one; run-folder / import: Harbor "
-                       "task folders (tempering tasks run-folder --help)")
-    p.add_argument("domain", nargs="?")
-    p.add_argument("--count", type=int, default=3)
-    p.set_defaults(handler=_tasks)
+    sub.add_parser("tasks", help="task domains: list, show, sample, score, check; Harbor folders: run-folder, "
+                   "import, check terminal (tempering tasks --help)", add_help=False)
 
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in ("train", "serve"):  # those take --section.key=value overrides
@@ -91,20 +86,17 @@ def _generate(args: argparse.Namespace, _: list[str]) -> int:
     return 0
 
 
-def _tasks(args: argparse.Namespace, _: list[str]) -> int:
-    import random
+def _tasks(argv: list[str]) -> int:
+    """`tempering tasks ...`: Harbor folder actions (and `check terminal`) or domain actions."""
+    from tempering.tasks import cli as tasks_cli
+    from tempering.tasks.harbor import cli as harbor_cli
 
-    from tempering.tasks import DOMAINS, get_domain
-
-    if args.domain is None:
-        for name, d in sorted(DOMAINS.items()):
-            print(f"{name:12s} {d.description}")
-        return 0
-    domain, rng = get_domain(args.domain), random.Random(0)
-    for _ in range(args.count):
-        t = domain.make(rng)
-        print(json.dumps({"prompt": t.prompt, "answer": t.answer, "reference": t.reference, "verifier": t.verifier}))
-    return 0
+    harbor = argv[:1] in (["run-folder"], ["import"]) or argv[:2] == ["check", "terminal"]
+    try:
+        return harbor_cli.main(argv) if harbor else tasks_cli.main(argv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import random
 from collections import defaultdict
 
 from tempering.config import TasksConfig
+from tempering.errors import UserError
 from tempering.records import Task
 from tempering.tasks import Domain, get_domain, load_plugins, resolve_weights
 
@@ -108,4 +109,6 @@ class TaskPool:
             task = domain.make(rng)
             if is_heldout(task) == heldout:
                 return with_id(task)
-        raise RuntimeError(f"domain {name}: could not draw a {'held-out' if heldout else 'training'} task")
+        raise UserError(f"domain {name}: 1000 draws gave no {'held-out' if heldout else 'training'} task (1 task "
+                        "in 10, by its hash, is held out): its tasks are too few or all alike; give it more "
+                        "variety, or make it a dataset with its own split")

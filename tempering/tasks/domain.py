@@ -44,6 +44,9 @@ class Domain:
     sandbox: bool = False  # its episodes or its verifier run code: a run starts the sandbox for it
     heavy: bool = False  # its verifier runs in a process a deadline can kill
     alphabet: str = ""
+    # its own oracle and no-op check, for tasks whose oracle is not a reference answer (a terminal
+    # task's solution script): (task, sandbox) -> (oracle outcome, no-op outcome)
+    check: Callable[[Task, Any], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name):

@@ -108,5 +108,18 @@ def harbor_tests(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdic
     return Verdict({"outcome": verdict.reward}, verdict.reason)
 
 
+def check(task: Task, sandbox) -> tuple[float, float]:
+    """The task folder's oracle (solution/solve.sh) and a no-op, run as Harbor runs them. -> their
+    rewards (a trial the sandbox failed is reported as an infrastructure failure)."""
+    from tempering.tasks.harbor import NOOP, load_cached, run_trial
+
+    folder = load_cached(task.environment.folder)
+    oracle, noop = run_trial(sandbox, folder), run_trial(sandbox, folder, NOOP)
+    for trial in (oracle, noop):
+        if trial.failed:
+            raise InfrastructureError(f"{task.environment.folder}: {trial.reason}")
+    return oracle.reward, noop.reward
+
+
 DOMAIN = Domain("terminal", "coding in a terminal against hidden tests (Harbor-format task folders)", harbor_tests,
-                make=_make, sandbox=True)
+                make=_make, sandbox=True, check=check)

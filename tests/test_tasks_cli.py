@@ -1,0 +1,54 @@
+"""`tempering tasks`: list, sample, score and check, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parent / "plugin_pkg")}  # a plugin with a broken domain
+
+
+def tasks(*args):
+    return subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT, env=ENV)
+
+
+def test_list_names_every_domain_with_its_family():
+    r = tasks("list")
+    rows = [line.split() for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and ["sorting", "sorting"] == rows[[x[0] for x in rows].index("sorting")][:2]
+    assert ["ext/echo", "ext"] == rows[[x[0] for x in rows].index("ext/echo")][:2]
+
+
+def test_sample_hides_the_answer_unless_asked_and_score_rates_an_answer(tmp_path):
+    seen = json.loads(tasks("sample", "sorting", "--seed", "5", "--json").stdout)
+    assert "answer" not in seen and seen["prompt"].startswith("sort ")
+    full = json.loads(tasks("sample", "sorting", "--seed", "5", "--json", "--with-answer").stdout)
+    assert full["id"] == seen["id"] and full["answer"]
+    answer = tmp_path / "a.txt"
+    answer.write_text(full["answer"])
+    r = tasks("score", "sorting", "--seed", "5", "--answer-file", str(answer), "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["task"] == seen["id"] and out["components"]["outcome"] == 1.0
+    answer.write_text("nope")
+    out = json.loads(tasks("score", "sorting", "--seed", "5", "--answer-file", str(answer), "--json").stdout)
+    assert out["components"]["outcome"] == 0.0 and out["reason"] == "wrong answer"
+    # a multi-turn answer runs its tool calls
+    files = json.loads(tasks("sample", "files", "--seed", "2", "--json", "--with-answer").stdout)
+    answer.write_text(json.dumps({"turns": files["reference"]}))
+    out = json.loads(tasks("score", "files", "--seed", "2", "--answer-file", str(answer), "--json").stdout)
+    assert out["components"]["outcome"] == 1.0 and out["components"]["valid_calls"] == 1.0
+
+
+def test_check_passes_good_domains_and_names_a_broken_one():
+    r = tasks("check", "sorting", "files", "--per-domain", "2", "--json")
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and len(rows) == 4 and all(row["ok"] and row["oracle"] == 1.0 for row in rows)
+    assert all(set(row["answers"].values()) == {0.0} for row in rows)
+    r = tasks("check", "ext")
+    assert r.returncode == 1 and "FAIL  ext/broken-" in r.stdout and "oracle scored 0.0" in r.stdout
+    assert tasks("check", "chess").returncode == 2
