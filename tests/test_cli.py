@@ -15,7 +15,7 @@ def run(*args, cwd=None):
 @pytest.mark.parametrize("toml, words", [
     ("[trainer]\nlr = 'x'\n", ["bad.toml", "trainer.lr"]),
     ("[trainer\n", ["bad.toml", "not valid TOML"]),
-    ("[tasks]\nweights = { chess = 1.0 }\n", ["unknown task domain 'chess'"]),
+    ("[tasks]\nweights = { chess = 1.0 }\n", ["tasks.weights.chess: no domain, family or glob"]),
     ("[algorithm]\nadvantage = 'ppo2'\n[sft]\nsteps = 100000\n", ["algorithm.advantage: unknown 'ppo2'"]),
 ])
 def test_bad_config_is_one_clear_line(tmp_path, toml, words):

@@ -1,7 +1,7 @@
 """`tempering tasks ...`: the domains from the shell.
 
     tempering tasks [list]                          every domain, one per line, with its family
-    tempering tasks show DOMAIN [--count N]         a few tasks of a domain (with their answers)
+    tempering tasks [show] DOMAIN [--count N]       a few tasks of a domain (with their answers)
     tempering tasks sample DOMAIN --seed N [--json] [--with-answer]
     tempering tasks score DOMAIN --seed N --answer-file FILE [--json]
     tempering tasks check [DOMAIN|FAMILY ...] [--per-domain N] [--seed S] [--json]
@@ -34,7 +34,9 @@ ACTIONS = ("list", "show", "sample", "score", "check")
 
 
 def main(argv: list[str]) -> int:
-    """`argv` starts with the action (or is empty: list)."""
+    """`argv` starts with the action (or is empty: list; or a domain's name: show it)."""
+    if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
+        argv = ["show", *argv]
     parser = argparse.ArgumentParser(prog="tempering tasks", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action")
     sub.add_parser("list", help="every domain, one per line, with its family")

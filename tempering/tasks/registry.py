@@ -18,7 +18,8 @@ from tempering.errors import UserError
 from tempering.tasks.domain import Domain
 
 BUILTIN = ("tempering.tasks.arithmetic", "tempering.tasks.code", "tempering.tasks.files", "tempering.tasks.sorting",
-           "tempering.tasks.strings", "tempering.tasks.terminal.domain")
+           "tempering.tasks.strings", "tempering.tasks.terminal.domain",
+           "tempering.tasks.cad")
 ENTRY_POINTS = "tempering.domains"
 
 _DOMAINS: dict[str, Domain] = {}
