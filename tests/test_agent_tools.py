@@ -60,7 +60,7 @@ def test_file_tools_act_on_the_workspace():
     (ToolCall("rm", {"path": "a"}), "unknown_tool", "unknown tool 'rm'"),
     (ToolCall("read", {}), "bad_arguments", "read needs path"),
     (ToolCall("read", {"path": "a", "mode": "r"}), "bad_arguments", "takes no argument 'mode'"),
-    (ToolCall("read", {"path": 7}), "bad_arguments", "must be a string"),
+    (ToolCall("read", {"path": [7]}), "bad_arguments", "must be a string or a number"),
     (ToolCall("read", {"path": "../etc/passwd"}), "tool", "outside the workspace /app"),
     (ToolCall("read", {"path": "/etc/passwd"}), "tool", "outside the workspace"),
     (ToolCall("read", {"path": "nope.txt"}), "tool", "no such file: nope.txt"),
@@ -71,6 +71,11 @@ def test_bad_calls_become_error_observations(call, kind, says):
     out, host = run(call)
     assert out.error_kind == kind and says in out.error and out.failed
     assert host.files == {"src/a.py": b"x = 1\nprint(x)\n"}  # nothing changed
+
+
+def test_numbers_in_json_arguments_are_taken_as_their_text():
+    out, host = run(ToolCall("write", {"path": "n.txt", "content": 3}))
+    assert not out.error and host.files["n.txt"] == b"3"
 
 
 def test_a_tool_the_task_does_not_allow_is_unknown_to_it():

@@ -13,6 +13,7 @@ chat templates print into the prompt. Rendering results into tokens is `agent.ob
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
@@ -174,10 +175,13 @@ def _arguments(tool: Tool, given: Mapping[str, Any]) -> dict[str, str]:
     unknown = sorted(set(given) - {p.name for p in tool.params})
     if unknown:
         raise ToolError(f"{tool.name} takes no argument {unknown[0]!r}")
-    bad = [k for k, v in given.items() if not isinstance(v, str)]
+    # Chat models write numbers as JSON numbers ({"page": 3}): take scalars as their text.
+    scalars = {k: json.dumps(v) if isinstance(v, bool) else str(v) for k, v in given.items()
+               if isinstance(v, (bool, int, float))}
+    bad = [k for k, v in given.items() if not isinstance(v, str) and k not in scalars]
     if bad:
-        raise ToolError(f"{tool.name}: argument {bad[0]!r} must be a string")
-    return dict(given)
+        raise ToolError(f"{tool.name}: argument {bad[0]!r} must be a string or a number")
+    return {**given, **scalars}
 
 
 def _path(path: str, host: ToolHost) -> str:
