@@ -19,7 +19,7 @@ from tempering.tasks.domain import Domain
 
 BUILTIN = ("tempering.tasks.arithmetic", "tempering.tasks.code", "tempering.tasks.files", "tempering.tasks.sorting",
            "tempering.tasks.strings", "tempering.tasks.terminal.domain",
-           "tempering.tasks.cad", "tempering.tasks.finance")
+           "tempering.tasks.cad", "tempering.tasks.reasoning", "tempering.tasks.finance")
 ENTRY_POINTS = "tempering.domains"
 
 _DOMAINS: dict[str, Domain] = {}
