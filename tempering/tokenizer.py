@@ -48,6 +48,10 @@ class Tokenizer:
         self._compiled: tuple[str, jinja2.Template] | None = None  # (source, template)
         self._special: frozenset[int] | None = None
 
+    def __getstate__(self) -> dict:
+        # The compiled chat template does not pickle; it is rebuilt on first use.
+        return {**self.__dict__, "_compiled": None}
+
     @property
     def vocab_size(self) -> int:
         return self.inner.get_vocab_size(with_added_tokens=True)

@@ -97,8 +97,11 @@ class RewardService:
         with self._lock:
             if self._processes is None:
                 # spawned, not forked: this process has threads (and torch's) that a fork would copy mid-state
-                self._processes = pebble.ProcessPool(self.cfg.workers, context=mp.get_context("spawn"))
-        future = self._processes.schedule(verify, args=(task, sample, dataclasses.replace(ctx, sandbox=None)),
+                self._processes = pebble.ProcessPool(self.cfg.workers, context=mp.get_context("spawn"),
+                                                     initializer=_keep_tokenizer, initargs=(ctx.tokenizer,))
+        # The tokenizer went to each worker once, when it started; the rest of the context
+        # travels with the call (a sandbox cannot: it stays in this process).
+        future = self._processes.schedule(_verify_there, args=(verify, task, sample, ctx.workspace, ctx.tag),
                                           timeout=self.cfg.timeout_s)
         try:
             return future.result()
@@ -136,6 +139,17 @@ class RewardService:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = cf.ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="verifier")
             self._stuck = 0
+
+
+_TOKENIZER: list[Tokenizer] = []  # in a heavy verifier's worker process: the tokenizer it was started with
+
+
+def _keep_tokenizer(tokenizer: Tokenizer) -> None:
+    _TOKENIZER[:] = [tokenizer]
+
+
+def _verify_there(verify: Verifier, task: Task, sample: Trajectory, workspace: Any, tag: ExecTag) -> Verdict:
+    return verify(task, sample, VerifierContext(_TOKENIZER[0], None, workspace, tag))
 
 
 def _failure(reason: str) -> Reward:
