@@ -52,3 +52,17 @@ def test_check_passes_good_domains_and_names_a_broken_one():
     r = tasks("check", "ext")
     assert r.returncode == 1 and "FAIL  ext/broken-" in r.stdout and "oracle scored 0.0" in r.stdout
     assert tasks("check", "chess").returncode == 2
+
+
+def test_every_shipped_family_passes_the_check():
+    """One task of every domain (more than 120, every family): oracle 1, no-op and junk answers 0.
+    bench/domain_check.py checks many tasks per domain."""
+    r = subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", "check", "--per-domain", "1", "--json",
+                        "reasoning", "finance", "cad", "terminal", "sorting", "strings", "code", "files", "arithmetic"],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT)
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0, [row for row in rows if not row["ok"]] or r.stderr[-2000:]
+    families = {row["domain"].split("/")[0] for row in rows}
+    assert len(rows) > 120 and families == {"reasoning", "finance", "cad", "terminal", "sorting", "strings", "code",
+                                            "files", "arithmetic"}
+    assert all(row["oracle"] == 1.0 for row in rows)
