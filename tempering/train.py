@@ -40,7 +40,7 @@ from tempering.sandbox import telemetry as sandbox_log
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from tempering.trainer.sft import sft_warmup
+from tempering.trainer.sft import fitting, sft_warmup
 
 
 @dataclass
@@ -214,7 +214,13 @@ def warm_up(run: Run, stop: StopRequest) -> None:
             bar.update(1)
             bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
-        done = sft_warmup(sft_trainer, run.tokenizer, run.pool.sft_examples(), sft.steps, sft.batch_size,
+        examples = run.pool.sft_examples()
+        kept = fitting(examples, run.tokenizer, run.model.arch.max_position_embeddings)
+        if len(kept) < len(examples):
+            print(f"[tempering] warm-up: {len(examples) - len(kept)} of {len(examples)} SFT examples are longer than "
+                  f"the model's context ({run.model.arch.max_position_embeddings} positions) and are left out",
+                  flush=True)
+        done = sft_warmup(sft_trainer, run.tokenizer, kept, sft.steps, sft.batch_size,
                           run.cfg.run.seed, on_step, stop.is_set, tool_format(run.cfg.rollout.tool_parser, run.tokenizer))
     if done < sft.steps:
         print(f"[tempering] warm-up ended after {done} of {sft.steps} SFT steps ({stop.reason})", flush=True)

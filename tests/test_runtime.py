@@ -91,3 +91,21 @@ def test_stop_request_on_signal_and_time_budget():
     budget = StopRequest(max_seconds=5, started=time.monotonic() - 6)
     assert budget.is_set() and budget.reason == "run.max_seconds"
     assert not StopRequest(max_seconds=60).is_set()
+
+
+def _pool_in_worker(out):
+    import multiprocessing as mp
+
+    import pebble
+
+    with pebble.ProcessPool(1, context=mp.get_context("spawn")) as pool:
+        out.put(pool.schedule(abs, args=(-3,)).result(timeout=60), 60, "test")
+
+
+def test_a_worker_may_start_processes_of_its_own():
+    """The rollout worker runs heavy verifiers in a process pool: a daemonic worker could not."""
+    rt = LocalRuntime()
+    q = rt.queue(1)
+    worker = rt.spawn("rollout", _pool_in_worker, q)
+    assert q.get(120, "rollout worker", [worker]) == 3
+    worker.join(30)

@@ -115,7 +115,10 @@ class LocalRuntime:
 
     def spawn(self, name: str, target: Callable[..., None], *args: Any) -> Worker:
         errors = self.ctx.Queue()
-        process = self.ctx.Process(target=_entry, args=(name, target, args, errors), name=name, daemon=True)
+        # Not daemonic: a worker may start processes of its own (heavy verifiers' pool), which
+        # multiprocessing forbids daemons. The parent stops and joins it (`Worker.join`), and a
+        # worker whose parent is gone stalls at its next wait and ends.
+        process = self.ctx.Process(target=_entry, args=(name, target, args, errors), name=name, daemon=False)
         process.start()
         return Worker(name, process, errors)
 

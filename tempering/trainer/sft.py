@@ -49,6 +49,15 @@ def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None) 
     return replay(episode, task.reference_turns, tokenizer)
 
 
+def fitting(examples: Sequence[Task], tokenizer: Tokenizer, max_len: int) -> list[Task]:
+    """The examples whose prompt and reference fit the model's context (positions past it are
+    not trained: an example longer than the context would teach garbage)."""
+    def length(t: Task) -> int:
+        return len(tokenizer.encode_prompt(t.prompt, t.messages)) + sum(len(tokenizer.encode(x)) + 1
+                                                                         for x in t.reference_turns)
+    return [t for t in examples if length(t) <= max_len]
+
+
 def sft_warmup(trainer: Trainer, tokenizer: Tokenizer, examples: Sequence[Task], steps: int, batch_size: int,
                seed: int, on_step: Callable[[int, StepStats], None] | None = None,
                stop: Callable[[], bool] = lambda: False, fmt: ToolFormat | None = None) -> int:
