@@ -55,15 +55,20 @@ def test_grpo_and_drgrpo_aggregation_by_hand():
     assert dapo.item() == pytest.approx(6.0 / 3)
 
 
-def test_weights_make_micro_batches_exact():
+def test_weights_follow_each_aggregation_on_a_random_batch():
+    """The weight of every token, against each aggregation's formula over the whole batch (the
+    trainer computes them once on the full batch, so micro-batches add up to the batch's loss)."""
     torch.manual_seed(0)
     mask = (torch.rand(6, 5) > 0.3).float()
-    loss = torch.rand(6, 5)
-    for name in ("grpo", "drgrpo", "dapo"):
-        w = get_loss(name).weighting(mask, 8)
-        whole = (loss * w).sum()
-        parts = (loss[:2] * w[:2]).sum() + (loss[2:] * w[2:]).sum()
-        torch.testing.assert_close(whole, parts)
+    mask[:, 0] = 1.0  # no empty sequence
+    n, budget = mask.shape[0], 8
+    expected = {"grpo": mask / mask.sum(1, keepdim=True) / n,  # token mean per sequence, then sequence mean
+                "drgrpo": mask / budget / n,  # token sums over a constant budget, then sequence mean
+                "dapo": mask / mask.sum()}  # one mean over every token of the batch
+    for name, want in expected.items():
+        torch.testing.assert_close(get_loss(name).weighting(mask, budget), want)
+    # a micro-batch weighted on its own would be another loss: the batch's normaliser matters
+    assert not torch.allclose(get_loss("dapo").weighting(mask[:2], budget), expected["dapo"][:2])
 
 
 def test_k3_kl_is_zero_at_equality_and_positive_otherwise():

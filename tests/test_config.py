@@ -65,7 +65,9 @@ def test_missing_file():
 def test_shipped_configs_load():
     from pathlib import Path
 
-    for p in sorted(Path(__file__).parent.parent.glob("configs/*.toml")):
+    shipped = sorted(Path(__file__).parent.parent.glob("configs/*.toml"))
+    assert {p.name for p in shipped} >= {"demo.toml", "many_domains.toml"}
+    for p in shipped:
         load_config(p)
 
 
