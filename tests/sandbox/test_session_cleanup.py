@@ -45,11 +45,14 @@ def busy_groups(tree_dirs: list[str]) -> dict[str, int]:
     out = {}
     for base in tree_dirs:
         for name in os.listdir(base):
-            procs = Path(base, name, "cgroup.procs")
-            if name.startswith("job-") and procs.exists():
-                n = len(procs.read_text().split())
-                if n:
-                    out[name] = n
+            if not name.startswith("job-"):
+                continue
+            try:
+                n = len(Path(base, name, "cgroup.procs").read_text().split())
+            except OSError:  # removed while we looked (ENOENT, or ENODEV from a group being torn down)
+                continue
+            if n:
+                out[name] = n
     return out
 
 
