@@ -23,7 +23,7 @@ from tempering.tasks import domains, get_domain
 from tempering.tasks.finance import DOMAINS
 from tempering.tasks.finance.domain import decode_ref, make_task, question, VARIANTS
 from tempering.tasks.finance.layout import pdf_pages
-from tempering.tasks.finance.model import Spec
+from tempering.tasks.finance.report import Spec
 from tempering.tasks.finance.questions import ABSENT, FAMILIES
 from tempering.tokenizer import char_tokenizer
 from tempering.trainer.sft import sft_batch

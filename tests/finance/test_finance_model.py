@@ -9,7 +9,9 @@ import pytest
 
 from tempering.tasks.finance import words
 from tempering.tasks.finance.layout import layout, markdown, tokens_estimate
-from tempering.tasks.finance.model import Report, Spec, generate, label_key, report, tamper_candidates
+from tempering.tasks.finance.model import generate, report
+from tempering.tasks.finance.report import Report, Spec
+from tempering.tasks.finance.tamper import label_key, tamper_candidates
 
 SPECS = [Spec(seed, size) for size in ("brief", "short", "medium") for seed in range(4)] + [Spec(0, "long"),
                                                                                              Spec(1, "long")]

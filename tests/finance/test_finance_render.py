@@ -10,9 +10,11 @@ from collections import Counter
 
 import pytest
 
+from tempering.tasks.finance.formats import fmt_value
 from tempering.tasks.finance.layout import (extract_pages, layout, page_markdown, pdf_bytes, pdf_pages, render_pdf,
                                             tokens_estimate)
-from tempering.tasks.finance.model import Spec, fmt_value, report
+from tempering.tasks.finance.model import report
+from tempering.tasks.finance.report import Spec
 
 FIGURE = re.compile(r"\(?-?\$?\d[\d,]*(?:\.\d+)?\)?%?")
 

@@ -28,8 +28,9 @@ from tempering.tasks.checks import read_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.finance import questions
 from tempering.tasks.finance.layout import layout, markdown
-from tempering.tasks.finance.model import Spec, memo, report
+from tempering.tasks.finance.model import memo, report
 from tempering.tasks.finance.questions import ABSENT, FAMILIES, Question
+from tempering.tasks.finance.report import Spec
 from tempering.tasks.finance.tools import TOOLS, Document
 
 TOOL_NAMES = tuple(TOOLS)

@@ -17,8 +17,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from tempering.tasks.finance.model import (Block, Contents, Heading, Key, PageBreak, Para, Report, Row, Spec, Table,
-                                           fmt_value, memo, report)
+from tempering.tasks.finance.formats import fmt_value
+from tempering.tasks.finance.model import memo, report
+from tempering.tasks.finance.report import Block, Contents, Heading, Key, PageBreak, Para, Report, Row, Spec, Table
 
 LINES = 54  # body lines per page, 12 points each
 _WIDTH = 106  # characters of a Courier 8-point line across the text width

@@ -14,7 +14,7 @@ answer writes a scale ("1.2 million", "$3.4bn"); it must match to half a unit (t
 exactly). A percentage is in percentage points, with or without "%"; a ratio a plain number or a
 multiple ("1.85x"); both within half the last digit asked for (0.05 points, 0.005). A line item
 is compared by its label, lower-cased, without punctuation, filler words or years
-(`model.label_key`); "not in the document" likewise. `partial` is 1 for a right answer and falls
+(`tamper.label_key`); "not in the document" likewise. `partial` is 1 for a right answer and falls
 linearly to 0 at an error of 10% (or 20 tolerances, if larger). No question's answer is within 10
 tolerances of zero, so "0" is never right.
 """
@@ -28,7 +28,9 @@ from typing import Callable
 
 from tempering.tasks.finance import words
 from tempering.tasks.finance.calc import evaluate
-from tempering.tasks.finance.model import Key, Report, fmt_signed, label_key
+from tempering.tasks.finance.formats import fmt_signed
+from tempering.tasks.finance.report import Key, Report
+from tempering.tasks.finance.tamper import label_key
 from tempering.tasks.finance.numbers import answer_quantity, quantities
 
 ABSENT = "not in the document"

@@ -17,7 +17,7 @@ from tempering.agent.tools import Param, Tool, ToolError
 from tempering.records import Budget, ExecResult
 from tempering.tasks.finance.calc import CalcError, evaluate
 from tempering.tasks.finance.layout import layout, pdf_pages
-from tempering.tasks.finance.model import Spec
+from tempering.tasks.finance.report import Spec
 
 MAX_HITS = 20
 MAX_QUERY = 200
