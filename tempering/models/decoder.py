@@ -93,6 +93,18 @@ class Body(nn.Module):
         self.layers = nn.ModuleList(Block(arch, i) for i in range(arch.num_hidden_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
+    def forward(self, input_ids: torch.Tensor, inv_freq: torch.Tensor, positions: torch.Tensor | None = None,
+                attention: Attention = causal_attention) -> torch.Tensor:
+        """input_ids, positions [B, T] -> final normed hidden states [B, T, hidden]. The rotary
+        frequencies belong to the model that owns the body (a derived buffer, never stored)."""
+        if positions is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        x = self.embed_tokens(input_ids)
+        cos, sin = cos_sin(inv_freq, positions, x.dtype)
+        for block in self.layers:
+            x = block(x, cos, sin, attention)
+        return self.norm(x)
+
 
 class Decoder(nn.Module):
     def __init__(self, arch: Arch):
@@ -107,13 +119,7 @@ class Decoder(nn.Module):
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
                       attention: Attention = causal_attention) -> torch.Tensor:
         """input_ids, positions [B, T] -> final normed hidden states [B, T, hidden]."""
-        if positions is None:
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = cos_sin(self.inv_freq, positions, x.dtype)
-        for block in self.model.layers:
-            x = block(x, cos, sin, attention)
-        return self.model.norm(x)
+        return self.model(input_ids, self.inv_freq, positions, attention)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
                 attention: Attention = causal_attention) -> torch.Tensor:
@@ -121,10 +127,15 @@ class Decoder(nn.Module):
         return self.lm_head(self.hidden_states(input_ids, positions, attention)).float()
 
     def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
-        for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
-                nn.init.ones_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-            else:
-                nn.init.normal_(p, 0.0, std, generator=generator)
+        init_parameters(self, generator, std)
+
+
+def init_parameters(module: nn.Module, generator: torch.Generator | None = None, std: float = 0.02) -> None:
+    """Random init as HF's: norms 1, biases 0, every other weight normal(0, std)."""
+    for name, p in module.named_parameters():
+        if name.endswith("norm.weight"):
+            nn.init.ones_(p)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
+        else:
+            nn.init.normal_(p, 0.0, std, generator=generator)
