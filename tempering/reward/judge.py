@@ -1,7 +1,7 @@
 """Judges: a language model grades samples by a rubric, over any OpenAI-compatible endpoint
 (`/v1/chat/completions`; `tempering serve` is one).
 
-`Judge(JudgeSpec(...))` sends many items at once: up to `max_in_flight` requests in flight (that
+`Judge(JudgeConfig(...))` sends many items at once: up to `max_in_flight` requests in flight (that
 many worker threads, each holding one keep-alive HTTP connection: the standard library's
 `http.client`, nothing else), whoever calls it and from however many threads. Each request has a
 deadline (`timeout_s`: a watchdog closes the connection of a request that runs past it, so even an
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 from typing import Sequence
 from urllib.parse import urlsplit
 
+from tempering.config import JudgeConfig
 from tempering.errors import UserError
-from tempering.reward.rubrics import JudgeItem, Rubric, UnreadableReply, get_rubric, messages, parse_score
+from tempering.reward.rubrics import DOMAIN_RUBRIC, JudgeItem, Rubric, UnreadableReply, get_rubric, messages, parse_score
 from tempering.reward.verdict import InfrastructureError
 
-__all__ = ["Judge", "JudgeSpec", "JudgeItem", "JudgeResult", "JudgeError", "JudgeCache"]
+__all__ = ["Judge", "JudgeConfig", "worst_case_s", "JudgeItem", "JudgeResult", "JudgeError", "JudgeCache"]
 
 MAX_BACKOFF_S = 8.0
 
@@ -56,46 +57,10 @@ class JudgeError(InfrastructureError):
         self.kind, self.status, self.reply, self.attempts = kind, status, reply, attempts
 
 
-@dataclass(frozen=True)
-class JudgeSpec:
-    """One judge: where it is, which rubric, and how hard to try."""
-
-    base_url: str  # as OpenAI clients take it: "http://127.0.0.1:8000/v1"
-    model: str  # the model id the endpoint serves
-    rubric: str = "outcome"  # a built-in rubric ("outcome", "process") or criteria as text
-    timeout_s: float = 60.0  # one request's deadline
-    retries: int = 2  # further attempts after a failed one (connection, timeout, 429, 5xx)
-    max_in_flight: int = 16  # requests in flight at once
-    temperature: float = 0.0
-    max_tokens: int = 512  # of the judge's reply; a reply cut off before its SCORE line is a parse failure
-    cache_size: int = 4096  # parsed results kept; 0 = no cache
-    backoff_s: float = 0.5  # wait before the first retry; doubles per retry (up to 8 s), with jitter
-    api_key_env: str = ""  # an environment variable holding a bearer token (hosted endpoints); "" = none
-
-    def __post_init__(self) -> None:
-        url = urlsplit(self.base_url)
-        _check(url.scheme in ("http", "https") and bool(url.hostname), "base_url",
-               "an http(s) URL such as http://127.0.0.1:8000/v1", self.base_url)
-        _check(bool(self.model), "model", "a model id", self.model)
-        _check(self.timeout_s > 0, "timeout_s", "a number > 0", self.timeout_s)
-        _check(self.retries >= 0, "retries", "an integer >= 0", self.retries)
-        _check(self.max_in_flight >= 1, "max_in_flight", "an integer >= 1", self.max_in_flight)
-        _check(self.temperature >= 0, "temperature", "a number >= 0", self.temperature)
-        _check(self.max_tokens >= 1, "max_tokens", "an integer >= 1", self.max_tokens)
-        _check(self.cache_size >= 0, "cache_size", "an integer >= 0 (0 = no cache)", self.cache_size)
-        _check(self.backoff_s >= 0, "backoff_s", "a number >= 0", self.backoff_s)
-        get_rubric(self.rubric)
-
-    @property
-    def worst_case_s(self) -> float:
-        """The longest one item can take once its first request starts (every attempt to its
-        deadline, every backoff at its longest): keep it under the reward service's deadline."""
-        return (self.retries + 1) * self.timeout_s + sum(_backoff(self.backoff_s, a) for a in range(1, self.retries + 1))
-
-
-def _check(ok: bool, key: str, expected: str, value) -> None:
-    if not ok:
-        raise UserError(f"judge {key}: expected {expected}, got {value!r}")
+def worst_case_s(cfg: JudgeConfig) -> float:
+    """The longest one item can take once its first request starts (every attempt to its
+    deadline, every backoff at its longest): keep it under the reward service's deadline."""
+    return (cfg.retries + 1) * cfg.timeout_s + sum(_backoff(cfg.backoff_s, a) for a in range(1, cfg.retries + 1))
 
 
 def _backoff(base: float, attempt: int) -> float:
@@ -166,9 +131,10 @@ class _Reply:
 class Judge:
     """Grades items by `spec.rubric` on `spec.base_url`. Thread-safe; `close()` when done."""
 
-    def __init__(self, spec: JudgeSpec, cache: JudgeCache | None = None):
+    def __init__(self, spec: JudgeConfig, cache: JudgeCache | None = None):
         self.spec = spec
-        self.rubric: Rubric = get_rubric(spec.rubric)
+        # "domain": each item is graded by the criteria its caller passes (its domain's rubric)
+        self.rubric: Rubric | None = None if spec.rubric.strip() == DOMAIN_RUBRIC else get_rubric(spec.rubric)
         self.cache = cache if cache is not None else JudgeCache(spec.cache_size)
         url = urlsplit(spec.base_url)
         self._https = url.scheme == "https"
@@ -191,19 +157,23 @@ class Judge:
 
     # ---- public ----
 
-    def judge(self, items: Sequence[JudgeItem]) -> list[JudgeResult]:
+    def judge(self, items: Sequence[JudgeItem], rubric: Rubric | None = None) -> list[JudgeResult]:
         """The result of each item, in order, all of them in flight together (up to
         `max_in_flight` requests). Failures are results with `error` set; this does not raise them."""
-        futures = [self.submit(item) for item in items]
+        futures = [self.submit(item, rubric) for item in items]
         return [f.result() for f in futures]
 
     def score(self, item: JudgeItem) -> float:
         """One item's score in [0, 1]; raises `JudgeError` (an InfrastructureError)."""
         return self.submit(item).result().value()
 
-    def submit(self, item: JudgeItem) -> cf.Future:
-        """A future of the item's `JudgeResult`, without waiting for it."""
-        body = {"model": self.spec.model, "messages": messages(self.rubric, item),
+    def submit(self, item: JudgeItem, rubric: Rubric | None = None) -> cf.Future:
+        """A future of the item's `JudgeResult`, without waiting for it; graded by `rubric`
+        when given, else by the judge's own."""
+        rubric = rubric or self.rubric
+        if rubric is None:
+            raise ValueError(f"judge {self.spec.model}: its rubric is the domain's, and none was given")
+        body = {"model": self.spec.model, "messages": messages(rubric, item),
                 "temperature": self.spec.temperature, "max_tokens": self.spec.max_tokens}
         key = self._key(body)
         out: cf.Future = cf.Future()

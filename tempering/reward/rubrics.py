@@ -66,6 +66,7 @@ PROCESS = Rubric("process", (
     "calls. 0: the tools were misused or ignored throughout (or never used when the task needed them)."))
 
 RUBRICS: dict[str, Rubric] = {r.name: r for r in (OUTCOME, PROCESS)}
+DOMAIN_RUBRIC = "domain"  # a judge's rubric that is each sample's domain's own criteria
 
 
 def get_rubric(name_or_text: str) -> Rubric:
@@ -76,8 +77,8 @@ def get_rubric(name_or_text: str) -> Rubric:
     if not text:
         raise UserError("judge rubric: empty (give a rubric name or the criteria as text)")
     if re.fullmatch(r"[\w.-]+", text):
-        raise UserError(f"judge rubric {text!r}: no such rubric (known: {', '.join(sorted(RUBRICS))}); "
-                        "criteria of your own are given as text")
+        raise UserError(f"judge rubric {text!r}: no such rubric (known: {', '.join(sorted(RUBRICS))}, "
+                        f"{DOMAIN_RUBRIC!r}); criteria of your own are given as text")
     return Rubric("custom", text)
 
 

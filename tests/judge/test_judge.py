@@ -8,15 +8,16 @@ import pytest
 from scripted_server import ScriptedServer, Step, reply
 
 from tempering.errors import UserError
-from tempering.reward.judge import Judge, JudgeError, JudgeItem, JudgeSpec
+from tempering.config import JudgeConfig
+from tempering.reward.judge import Judge, JudgeError, JudgeItem, worst_case_s
 from tempering.reward.verdict import InfrastructureError
 
 ITEM = JudgeItem("What is 2 + 3?", answer="5", reference="5")
 
 
-def spec(server_or_url, **kw) -> JudgeSpec:
+def spec(server_or_url, **kw) -> JudgeConfig:
     url = server_or_url if isinstance(server_or_url, str) else server_or_url.base_url
-    return JudgeSpec(**{"base_url": url, "model": "grader", "timeout_s": 5.0, "retries": 2, "backoff_s": 0.01, **kw})
+    return JudgeConfig(**{"base_url": url, "model": "grader", "timeout_s": 5.0, "retries": 2, "backoff_s": 0.01, **kw})
 
 
 def items(n: int) -> list[JudgeItem]:
@@ -176,16 +177,16 @@ def test_a_closed_judge_fails_what_it_had_not_sent():
 
 @pytest.mark.parametrize("field, value, words", [
     ("base_url", "localhost:8000", r"http\(s\) URL"), ("timeout_s", 0, "timeout_s"), ("retries", -1, "retries"),
-    ("max_in_flight", 0, "max_in_flight"), ("rubric", "outcom", "no such rubric"), ("rubric", "", "empty"),
+    ("max_in_flight", 0, "max_in_flight"), ("rubric", "outcom", "no such rubric"), ("rubric", "", "rubric"),
 ])
 def test_spec_errors_name_the_field(field, value, words):
     with pytest.raises(UserError, match=words):
-        JudgeSpec(**{"base_url": "http://127.0.0.1:1/v1", "model": "m", field: value})
+        Judge(JudgeConfig(**{"base_url": "http://127.0.0.1:1/v1", "model": "m", field: value})).close()
 
 
 def test_worst_case_bounds_every_attempt_and_backoff():
-    s = JudgeSpec("http://127.0.0.1:1/v1", "m", timeout_s=10, retries=3, backoff_s=1.0)
-    assert s.worst_case_s == 4 * 10 + 1 + 2 + 4
+    s = JudgeConfig("http://127.0.0.1:1/v1", "m", timeout_s=10, retries=3, backoff_s=1.0)
+    assert worst_case_s(s) == 4 * 10 + 1 + 2 + 4
 
 
 def test_api_key_comes_from_the_environment(monkeypatch):
