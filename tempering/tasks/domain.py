@@ -11,7 +11,10 @@ the domain rebuilds what it needs from it, in whichever process needs it.
 
 Names are `family/name` (or a bare name, its own family): one module may register a whole
 family. `heavy` verifiers (mesh booleans, PDF parsing) run in a process that a deadline can
-kill; the others in a thread. `alphabet` exists for the demo's character tokenizer only: the
+kill; the others in a thread. For reward models and judges (`tempering.reward.graders`), a
+domain may give `rubric`, its own grading criteria (used by judges configured with rubric
+"domain"), and `grade_item`, what graders see of a sample (e.g. a part's measurements and
+silhouettes rather than the agent's last words); without it they see the final answer. `alphabet` exists for the demo's character tokenizer only: the
 characters a domain's text uses, "" for domains that need a real tokenizer. It does not hold or
 look up domains: `tempering.tasks.registry` does.
 """
@@ -26,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from tempering.records import Task
 
 if TYPE_CHECKING:  # the reward package looks domains up: importing it here would be a cycle
-    from tempering.reward.verdict import Verifier
+    from tempering.reward.rubrics import JudgeItem
+    from tempering.reward.verdict import Verifier, VerifierContext
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)?")
 SPLITS = ("train", "heldout")
@@ -47,6 +51,9 @@ class Domain:
     # its own oracle and no-op check, for tasks whose oracle is not a reference answer (a terminal
     # task's solution script): (task, sandbox) -> (oracle outcome, no-op outcome)
     check: Callable[[Task, Any], tuple[float, float]] | None = None
+    rubric: str = ""  # its own criteria for judges whose rubric is "domain"; "" = none
+    # what reward models and judges grade: (task, sample, context with the final workspace) -> item
+    grade_item: Callable[[Task, Any, "VerifierContext"], "JudgeItem"] | None = None
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name):

@@ -19,6 +19,7 @@ from tempering.tasks.finance.questions import ABSENT, Question, clean, judge
     ("12.5%", 12.5, False, True),
     ("-3.4 percent", -3.4, False, True),
     ("+5.2 pp", 5.2, False, True),
+    ("1.3 percentage points", 1.3, False, True),
     ("1.2 billion", 1.2e9, True, False),
     ("1.2bn", 1.2e9, True, False),
     ("USD 3,400", 3400, False, False),

@@ -3,7 +3,8 @@ described as design intent, built with modelling tools on a per-episode scene of
 and graded by exact volumetric IoU against the hidden target (manifold3d), with bounding-box,
 genus, silhouette and material components. `geometry` (primitives, measures, comparisons, ASCII
 silhouettes), `scene` (the scene and its tools), `parts` (the part generators), `reward` (the
-verifier), `domain` (the `cad/<kind>` domains, offered as `DOMAINS`)."""
+verifier), `grading` (what reward models and judges see of a sample, and the judges' design-intent
+criteria), `domain` (the `cad/<kind>` domains, offered as `DOMAINS`)."""
 
 from tempering.tasks.cad.domain import DOMAINS
 

@@ -5,7 +5,9 @@ process rebuilds the part and its target mesh (`parts.part`, `parts.target`); th
 construction program are never in the task's text, only in its SFT `reference` (the program as
 compact tool calls, one per assistant turn, then `submit`). An episode acts on a `Scene` of its
 own (`open_host`) with the modelling tools (`scene.TOOLS`); the verifier (`reward.verify`) runs in
-a killable process, since mesh booleans can be slow.
+a killable process, since mesh booleans can be slow. For reward models and judges, every domain
+carries the design-intent criteria (`grading.RUBRIC`) and `grading.grade_item`: the intent, and
+the submitted solid's measurements and silhouettes as the answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import random
 import string
 
 from tempering.records import Budget, Task
+from tempering.tasks.cad.grading import RUBRIC, grade_item
 from tempering.tasks.cad.parts import KINDS, part
 from tempering.tasks.cad.reward import verify
 from tempering.tasks.cad.scene import TOOLS, Scene
@@ -40,5 +43,5 @@ def open_scene(task: Task) -> Scene:
 DOMAINS = tuple(
     Domain(f"cad/{kind}", f"3D modelling: {about}, from its design intent (mesh IoU against the target)",
            verify, make=functools.partial(make_task, kind), tools=TOOLS, open_host=open_scene, heavy=True,
-           alphabet=ALPHABET)
+           alphabet=ALPHABET, rubric=RUBRIC, grade_item=grade_item)
     for kind, (_, about) in KINDS.items())

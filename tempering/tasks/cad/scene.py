@@ -70,6 +70,10 @@ class Scene:
     def whole(self) -> Manifold:
         return g.union(self.solids.values())
 
+    def describe(self, name: str) -> str:
+        """What `measure NAME` says of a solid: size, extent, volume, genus, pieces, material."""
+        return self._describe(name, self.solid(name))
+
     def __getstate__(self) -> dict:
         return {"log": list(self.log), "submitted": self.submitted}
 
@@ -193,7 +197,7 @@ class Scene:
     def _measure(self, w: list[str]) -> str:
         _arity(w, (0, 1), "measure")
         if w:
-            return self._describe(w[0], self.solid(w[0]))
+            return self.describe(w[0])
         if not self.solids:
             return "the scene is empty"
         lines = [self._describe(n, m) for n, m in self.solids.items()]

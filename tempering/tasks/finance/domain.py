@@ -1,10 +1,10 @@
 """The `finance/*` domains: questions about generated annual reports, read with tools.
 
-`finance/<family>` (extraction, ratios, growth, multistep, inconsistency, unanswerable): a brief,
-short or medium report (2 to about 12 pages) read with the tools `list_pages`, `read_page`,
-`search` and `calculate`; `finance/<family>-long`: the same on a long report (about 100 pages,
-100k+ tokens); `finance/<family>-inline`: a brief or short report in the prompt as markdown, no
-tools, one turn.
+`finance/<family>` (extraction, ratios, growth, multistep, inconsistency, unanswerable,
+conclusion): a brief, short or medium report (2 to about 12 pages) read with the tools
+`list_pages`, `read_page`, `search` and `calculate`; `finance/<family>-long`: the same on a long
+report (about 100 pages, 100k+ tokens); `finance/<family>-inline`: a brief or short report in the
+prompt as markdown, no tools, one turn.
 
 A task carries its report and question by reference: `Task.ref` is a small JSON object (the
 report's seed, size and altered figure, the question's family and seed) from which any process
@@ -15,18 +15,27 @@ reference answer for people to read, the verifier recomputes it from the ref. Th
 (`Task.reference`) is a sequence of turns in the compact tool format that lists the pages,
 reads the pages holding the figures it needs (searches, for an unanswerable question),
 calculates, and answers.
+
+The `conclusion` domains are also graded by reward models and judges (`tempering.reward.graders`):
+they carry `RUBRIC` (their criteria for judges whose rubric is "domain") and `grade_item`, which
+shows a grader the question without the report, the final answer, and the reference conclusion
+with the report's figures it rests on. The other families' answers are exact figures or labels:
+their verifier is the whole grade.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 from tempering.records import Budget, Message, Task, Trajectory
+from tempering.reward.rubrics import JudgeItem, outcome_item
 from tempering.reward.verdict import Verdict, VerifierContext
 from tempering.tasks.checks import read_answer
 from tempering.tasks.domain import Domain
-from tempering.tasks.finance import questions
+from tempering.tasks.finance import conclusion, questions
+from tempering.tasks.finance.formats import fmt_signed
 from tempering.tasks.finance.layout import layout, markdown
 from tempering.tasks.finance.model import memo, report
 from tempering.tasks.finance.questions import ABSENT, FAMILIES, Question
@@ -121,6 +130,19 @@ def verify(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:
     return Verdict({"outcome": float(ok), "partial": partial}, reason)
 
 
+def grade_item(task: Task, sample: Trajectory, ctx: VerifierContext) -> JudgeItem:
+    """What a grader sees of a conclusion: the question as the tool variants ask it (an inline
+    task's report would be most of the text; the reference carries the figures that matter), the
+    sample's final answer, and the reference conclusion with the report's figures it rests on."""
+    spec = decode_ref(task.ref)[0]
+    rep, q = report(spec), question(task.ref)
+    figures = "; ".join(f"{rep.label(k)}, {'end of ' if rep.tables[k[0]].when == 'end' else ''}fiscal {k[2]}: "
+                        f"{fmt_signed(rep.cells[k])}" for k in q.cells)
+    reference = f"{q.answer}\nThe report's figures (in {rep.unit_phrase}): {figures}."
+    item = outcome_item(task, sample, ctx.tokenizer, reference)
+    return dataclasses.replace(item, prompt=prompt_text(spec, q, inline=False)[1])
+
+
 def open_host(task: Task) -> Document:
     """The episode's document: the report's PDF as pypdf reads it (rendered once per process)."""
     return Document.open(decode_ref(task.ref)[0])
@@ -141,7 +163,8 @@ _DESCRIPTIONS = {
     "extraction": "one figure of a table", "ratios": "a financial ratio (its definition given)",
     "growth": "a year-over-year change in percent", "multistep": "a figure computed in several steps",
     "inconsistency": "the line item of the one altered figure that breaks the report's identities",
-    "unanswerable": f"a question the report cannot answer (answer: {ABSENT})"}
+    "unanswerable": f"a question the report cannot answer (answer: {ABSENT})",
+    "conclusion": "a one- or two-sentence conclusion on how revenue, a margin or debt moved (direction and size)"}
 _VARIANT_WORDS = {"": "2-12 page report read with tools", "-long": "100k+ token report read with tools",
                   "-inline": "short report in the prompt, no tools"}
 
@@ -151,9 +174,11 @@ def _domains() -> list[Domain]:
     for family in FAMILIES:
         for variant, (_, tools, _) in VARIANTS.items():
             name = f"finance/{family}{variant}"
+            graded = family == "conclusion"  # the one family with prose for a judge to grade
             out.append(Domain(name, f"annual reports: {_DESCRIPTIONS[family]} ({_VARIANT_WORDS[variant]})", verify,
                               make=_maker(name, family, variant), tools=TOOLS if tools else {},
-                              open_host=open_host if tools else None))
+                              open_host=open_host if tools else None, rubric=conclusion.RUBRIC if graded else "",
+                              grade_item=grade_item if graded else None))
     return out
 
 

@@ -26,7 +26,7 @@ SCALES = {"thousand": 1e3, "thousands": 1e3, "k": 1e3, "million": 1e6, "millions
 
 _CUR = r"(?:US\$|USD|EUR|GBP|\$|€|£)"
 _SCALE = r"(?:thousands?|millions?|billions?|trillions?|bln|mln|bn|mn|mm|tn|k|m|b)"
-_PCT = r"(?:%|percent(?:age points?)?|per\s+cent|pct|pp|p\.p\.)"
+_PCT = r"(?:%|percent(?:age\s+points?)?|per\s+cent|pct|pp|p\.p\.)"  # read in a VERBOSE pattern: \s, not spaces
 _NUMBER = re.compile(rf"""
     (?<![\w.,])                               # not inside a word or another number
     (?P<sign1>[-+−–])?\s*

@@ -1,12 +1,14 @@
 """Questions about a report, their hidden answers, and judging an answer.
 
-Six families, each a function of the report and a seeded RNG (`build`): `extraction` (one figure
-of a table), `ratios` (gross margin, current ratio, ... with the definition given), `growth`
-(year-over-year change in percent), `multistep` (free cash flow, net debt, the change in working
-capital, a CAGR, a segment's share, a payout ratio, ...), `inconsistency` (the report has one
-altered figure: which line item) and `unanswerable` (what the report does not say: the answer
-is the fixed phrase `ABSENT`). A `Question` holds its answer and tolerance, the figures it needs
-(whose pages give the reference's `read_page` calls) and the calculations of its reference.
+Seven families, each a function of the report and a seeded RNG (`build`): `extraction` (one
+figure of a table), `ratios` (gross margin, current ratio, ... with the definition given),
+`growth` (year-over-year change in percent), `multistep` (free cash flow, net debt, the change in
+working capital, a CAGR, a segment's share, a payout ratio, ...), `inconsistency` (the report has
+one altered figure: which line item), `unanswerable` (what the report does not say: the answer
+is the fixed phrase `ABSENT`) and `conclusion` (a one- or two-sentence conclusion on how revenue,
+a margin or total debt moved: its measures and its check live in `conclusion`). A `Question`
+holds its answer and tolerance, the figures it needs (whose pages give the reference's
+`read_page` calls) and the calculations of its reference.
 
 Answers (`judge`): an answer with more than `MAX_FIGURES` figures (years aside) is a list, not an
 answer; otherwise its last figure counts. A money amount is in the report's unit unless the
@@ -16,7 +18,9 @@ multiple ("1.85x"); both within half the last digit asked for (0.05 points, 0.00
 is compared by its label, lower-cased, without punctuation, filler words or years
 (`tamper.label_key`); "not in the document" likewise. `partial` is 1 for a right answer and falls
 linearly to 0 at an error of 10% (or 20 tolerances, if larger). No question's answer is within 10
-tolerances of zero, so "0" is never right.
+tolerances of zero, so "0" is never right. A conclusion passes the same first checks (not "not in
+the document", at most `MAX_FIGURES` figures), then `conclusion.judge`: the direction in words and
+the change as a percentage.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from tempering.tasks.finance import words
+from tempering.tasks.finance import conclusion, words
 from tempering.tasks.finance.calc import evaluate
 from tempering.tasks.finance.formats import fmt_signed
 from tempering.tasks.finance.report import Key, Report
@@ -34,7 +38,7 @@ from tempering.tasks.finance.tamper import label_key
 from tempering.tasks.finance.numbers import answer_quantity, quantities
 
 ABSENT = "not in the document"
-FAMILIES = ("extraction", "ratios", "growth", "multistep", "inconsistency", "unanswerable")
+FAMILIES = ("extraction", "ratios", "growth", "multistep", "inconsistency", "unanswerable", "conclusion")
 PERCENT_TOL = 0.05  # percentage points: one decimal asked for
 RATIO_TOL = 0.005  # two decimals asked for
 MONEY_TOL = 0.5  # of the report's unit: the exact figure
@@ -45,7 +49,7 @@ MAX_FIGURES = 4  # an answer with more figures (years aside) is a list, not an a
 class Question:
     family: str
     text: str
-    kind: str  # "money" | "percent" | "ratio" | "label" | "absent"
+    kind: str  # "money" | "percent" | "ratio" | "label" | "absent" | "conclusion"
     value: float = 0.0  # money: in the report's unit; percent: in points; ratio: as is
     label: str = ""  # the altered line item (kind "label")
     tol: float = 0.0
@@ -53,6 +57,7 @@ class Question:
     steps: tuple[str, ...] = ()  # the reference's calculations; "{0}" is the result of the first
     searches: tuple[str, ...] = ()  # the reference's searches (unanswerable questions)
     ask: str = ""  # the form of answer the question asks for (its kind, unless it has no answer)
+    change: conclusion.Change | None = None  # kind "conclusion": the measure's change and the reference
 
     @property
     def answer(self) -> str:
@@ -65,6 +70,8 @@ class Question:
             return f"{self.value:.2f}"
         if self.kind == "label":
             return self.label
+        if self.kind == "conclusion":
+            return self.change.statement
         return ABSENT
 
     def instructions(self, unit_phrase: str) -> str:
@@ -73,6 +80,7 @@ class Question:
                 "percent": "Give a percentage rounded to one decimal place, with a % sign (negative for a decrease).",
                 "ratio": "Give the ratio as a number rounded to two decimal places.",
                 "label": "Answer with the line item's label exactly as printed in its table, and nothing else.",
+                "conclusion": conclusion.INSTRUCTIONS,
                 "number": "Give the number."}[self.ask or self.kind]
 
 
@@ -290,9 +298,14 @@ def unanswerable(rep: Report, rng: random.Random) -> Question:
                     searches=(name,), ask="money")
 
 
+def conclusion_question(rep: Report, rng: random.Random) -> Question:
+    c = conclusion.draw(rep, rng)
+    return Question("conclusion", c.text, "conclusion", c.value, tol=c.tol, cells=c.cells, steps=c.steps, change=c)
+
+
 BUILDERS: dict[str, Callable[[Report, random.Random], Question]] = {
     "extraction": extraction, "ratios": ratios, "growth": growth, "multistep": multistep,
-    "inconsistency": inconsistency, "unanswerable": unanswerable}
+    "inconsistency": inconsistency, "unanswerable": unanswerable, "conclusion": conclusion_question}
 
 
 def build(rep: Report, family: str, seed: int) -> Question:
@@ -301,7 +314,7 @@ def build(rep: Report, family: str, seed: int) -> Question:
     rng = random.Random(f"tempering-finance-question/{family}/{seed}")
     for _ in range(100):
         q = BUILDERS[family](rep, rng)
-        if q.kind not in ("money", "percent", "ratio") or abs(q.value) > 10 * q.tol:
+        if q.kind not in ("money", "percent", "ratio", "conclusion") or abs(q.value) > 10 * q.tol:
             return q
     raise RuntimeError(f"no {family} question away from zero in report {rep.spec}")  # pragma: no cover
 
@@ -335,6 +348,8 @@ def judge(q: Question, text: str, scale: int) -> tuple[bool, float, str]:
         return False, 0.0, "said not in the document"
     if len([x for x in quantities(answer) if not x.bare_year]) > MAX_FIGURES:
         return False, 0.0, f"more than {MAX_FIGURES} figures: an answer gives one"
+    if q.kind == "conclusion":
+        return conclusion.judge(q.change, answer)
     got = answer_quantity(answer)
     if got is None:
         return False, 0.0, "no figure in the answer"
