@@ -94,13 +94,32 @@ def resolve_weights(weights: Mapping[str, float]) -> dict[str, float]:
     for key, w in weights.items():
         if key in exact:
             continue
-        matched = [n for n in known if known[n].family == key or ("/" not in key and n == key)
-                   or (any(c in key for c in "*?[") and fnmatch.fnmatchcase(n, key))]
-        if not matched:
-            families = sorted({d.family for d in known.values()})
-            raise UserError(f"tasks.weights.{key}: no domain, family or glob matches it "
-                            f"(families: {', '.join(families)})")
+        matched = matching(key, known, "tasks.weights")
         for name in matched:
             out.setdefault(name, w / len(matched))
     out.update(exact)
     return out
+
+
+def resolve_scorers(scorers: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """{domain: grader components} for `reward.scorers`, whose keys are domain names, family
+    names or globs; a domain matched by several keys gets the names of all of them, once each."""
+    known = domains()
+    out: dict[str, list[str]] = {}
+    for key, names in scorers.items():
+        for domain in matching(key, known, "reward.scorers"):
+            out.setdefault(domain, [])
+            out[domain] += [n for n in names if n not in out[domain]]
+    return out
+
+
+def matching(key: str, known: Mapping[str, Domain], where: str) -> list[str]:
+    """The domains `key` names: itself, its family's, or a glob's matches; none is an error."""
+    if key in known:
+        return [key]
+    matched = [n for n in known if known[n].family == key or ("/" not in key and n == key)
+               or (any(c in key for c in "*?[") and fnmatch.fnmatchcase(n, key))]
+    if not matched:
+        families = sorted({d.family for d in known.values()})
+        raise UserError(f"{where}.{key}: no domain, family or glob matches it (families: {', '.join(families)})")
+    return matched
