@@ -1,4 +1,4 @@
-"""The `tempering` command: train | serve | generate | tasks [run-folder | import | check] | sandbox.
+"""The `tempering` command: train | train-rm | serve | generate | tasks [run-folder | import | check] | sandbox.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -29,10 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(handler=_train)
 
     from tempering.engine.server import add_parser as add_serve
+    from tempering.reward.rm_training import add_parser as add_train_rm
     from tempering.sandbox.cli import add_parser as add_sandbox
 
     add_serve(sub)
     add_sandbox(sub)
+    add_train_rm(sub)
 
     p = sub.add_parser("generate", help="sample completions from a model folder")
     p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
