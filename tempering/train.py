@@ -33,6 +33,7 @@ from tempering.evaluation import EvalResult
 from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
+from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
 from tempering.runtime import StopRequest, threads_per_process
@@ -131,6 +132,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
     pool = TaskPool(cfg.tasks)
+    check_scorers(cfg.reward, list(pool.weights))  # before anything starts: a bad grader is a config error
     state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
     if ckpt is not None:
         model, trainer_state, state = load_checkpoint(ckpt)
@@ -289,9 +291,13 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
                 stats: StepStats | None, seconds: dict[str, float]) -> dict[str, Any]:
     by_domain: dict[str, list[float]] = defaultdict(list)
     solved: dict[str, list[float]] = defaultdict(list)
+    components: dict[str, list[float]] = defaultdict(list)
     for g in rollout.groups:
         by_domain[g.task.domain].extend(r.total for r in g.rewards if not r.failed)
         solved[g.task.domain].extend(r.outcome for r in g.rewards if not r.failed)
+        for r in g.rewards:
+            for name, value in r.components.items() if not r.failed else ():
+                components[name].append(float(value))
     everything = [x for v in by_domain.values() for x in v]
     version = run.state["version"] - 1  # the version this step trained from
     staleness = [version - t.oldest_version for g in groups for t in g.trajectories]
@@ -301,6 +307,8 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "reward": {"mean": sum(everything) / max(len(everything), 1),
                    "domain": {d: sum(v) / len(v) for d, v in by_domain.items() if v}},
         "outcome": {d: sum(v) / len(v) for d, v in solved.items() if v},  # this step's samples
+        # each reward component's mean over the samples that have one (verifiers', rm_*, judge_*)
+        "component": {k: sum(v) / len(v) for k, v in sorted(components.items())},
         "pass_rate": rollout.pass_rates,  # cumulative over the run, per domain
         **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),

@@ -4,7 +4,9 @@ This is a fault boundary: a verifier that raises or runs past `reward.timeout_s`
 `Reward` with `failed=True` and the reason, and the run goes on. Components are combined into
 `total` with `reward.weights` (and a domain's own `reward.domain_weights`); an episode's process
 components (`reward.process`) join the verifier's. A sample whose tool calls hit a sandbox
-failure is failed too. Reward models are not here yet.
+failure is failed too. Reward models and judges (`graders.Graders`: `rm_<name>`, `judge_<name>`)
+grade the samples of the domains `reward.scorers` names, in a thread of their own while the
+verifiers run; a sample they cannot grade is failed like one whose verifier failed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pebble
 from tempering.config import RewardConfig
 from tempering.errors import UserError
 from tempering.records import ExecReason, Reward, Task, Trajectory
+from tempering.reward.graders import Graders
 from tempering.reward.process import process_components
 from tempering.reward.verdict import InfrastructureError, Verdict, Verifier, VerifierContext
 from tempering.sandbox import Sandbox
@@ -49,6 +52,13 @@ class RewardService:
         self._stuck = 0  # workers still occupied by verifiers that timed out
         self._processes: pebble.ProcessPool | None = None  # for heavy verifiers, started on first use
         self._lock = threading.Lock()
+        self.graders = Graders(cfg) if cfg.scorers else None
+        self._grading = cf.ThreadPoolExecutor(4, thread_name_prefix="graders") if self.graders else None
+
+    def seconds(self) -> dict[str, float]:
+        """Wall seconds each grader component has spent on the samples scored so far (summed over
+        calls, which overlap the verifiers and each other)."""
+        return dict(self.graders.seconds) if self.graders else {}
 
     def score(self, items: Sequence[Submission]) -> list[Reward]:
         """The reward of each submitted sample, in order."""
@@ -72,6 +82,7 @@ class RewardService:
             verdict = self._heavy(domain.verify, task, sample, ctx) if domain.heavy else domain.verify(task, sample, ctx)
             return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
 
+        grading = self._grade(items)
         futures = [self._pool.submit(call, i, item) for i, item in enumerate(items)]
         rewards: list[Reward | None] = [None] * len(items)
         while any(r is None for r in rewards):
@@ -83,10 +94,35 @@ class RewardService:
                     rewards[i] = self._settle(fut, started.get(i), now, items[i].task)
             if all(r is not None or i not in started for i, r in enumerate(rewards)) and self._all_stuck():
                 rewards = [r or _failure("verifier pool exhausted by timed-out verifiers") for r in rewards]
-        return rewards  # type: ignore[return-value]
+        return self._with_grades(rewards, grading, items)  # type: ignore[arg-type]
+
+    def _grade(self, items: Sequence[Submission]) -> cf.Future | None:
+        if self.graders is None or not any(self.graders.components(it.task.domain) for it in items):
+            return None
+        contexts = [dataclasses.replace(self.context, workspace=it.workspace, tag=it.tag) for it in items]
+        return self._grading.submit(self.graders.grade, [it.task for it in items], [it.sample for it in items],
+                                    contexts)
+
+    def _with_grades(self, rewards: list[Reward], grading: cf.Future | None, items: Sequence[Submission]) -> list[Reward]:
+        if grading is None:
+            return rewards
+        try:
+            grades = grading.result()
+        except Exception as e:  # noqa: BLE001 - domains' grade items are plugin code: a fault boundary
+            grades = [InfrastructureError(f"graders crashed: {type(e).__name__}: {e}")] * len(rewards)
+        out = []
+        for reward, grade, item in zip(rewards, grades, items):
+            if reward.failed or not isinstance(grade, dict):
+                out.append(reward if reward.failed else _failure(str(grade)))
+                continue
+            out.append(self._combine(Verdict({**reward.components, **grade}, reward.reason), item.task.domain))
+        return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.graders is not None:
+            self._grading.shutdown(wait=False, cancel_futures=True)
+            self.graders.close()
         if self._processes is not None:
             self._processes.stop()
             self._processes.join(timeout=10)

@@ -184,13 +184,15 @@ class Worker:
         if len(batch.groups) < self.spec.rollout.tasks_per_step:
             return
         tokens = sum(t.num_model_tokens for g in batch.groups for t in g.trajectories)
-        split = {k: v - self.reported.get(k, 0.0) for k, v in self.runner.seconds.items()}
+        # the runner's phases, and each reward-model and judge component's calls (`rm_<name>`)
+        seconds = {**self.runner.seconds, **self.runner.reward.seconds()}
+        split = {k: v - self.reported.get(k, 0.0) for k, v in seconds.items()}
         item = RolloutBatch(b, batch.version, batch.groups, tokens, time.perf_counter() - batch.started,
                             self.pool.pass_rates(), self.startup_s, split)
         if self.out.try_put(item):
             del self.open[b]
             self.startup_s = None
-            self.reported = dict(self.runner.seconds)
+            self.reported = seconds
             self.progress = time.monotonic()
 
     def _check_stall(self) -> None:
