@@ -132,3 +132,34 @@ def test_scorers_must_name_configured_graders_and_domains():
     with pytest.raises(UserError, match="not a model folder"):
         check_scorers(load_config(None, ['--reward.models.q={path="/nonexistent/rm"}',
                                          '--reward.scorers={sorting=["rm_q"]}']).reward, ["sorting"])
+
+
+def test_finance_conclusions_get_the_judges_score_beside_their_exact_check():
+    """The domain's rubric and grade item reach the judge; its score sits beside the exact check."""
+    import random
+
+    from tempering.agent.format import tool_format
+    from tempering.rollout.episode import Episode, replay
+    from tempering.tasks import get_domain
+    from tempering.tasks.finance.conclusion import RUBRIC
+
+    t = get_domain("finance/conclusion-inline").make(random.Random(3))
+    fmt = tool_format("compact", TOKENIZER)
+    episode = Episode(t, 0, TOKENIZER.encode_prompt(t.prompt), 4096, 1 << 30, fmt.parse, fmt.renderer, None)
+    replay(episode, [t.answer], TOKENIZER)
+    right = episode.trajectory(TOKENIZER.decode(episode.token_ids))
+    with ScriptedServer(lambda n, body: reply("Supported by the figures.\nSCORE: 9")) as srv:
+        cfg = RewardConfig(judges={"intent": JudgeConfig(base_url=srv.base_url, model="grader", rubric="domain",
+                                                         timeout_s=5.0)},
+                           scorers={"finance/conclusion*": ["judge_intent"]},
+                           domain_weights={"finance/conclusion-inline": {"outcome": 1.0, "judge_intent": 0.25}})
+        check_scorers(cfg, ["finance/conclusion-inline"])
+        svc = RewardService(cfg, TOKENIZER)
+        try:
+            (r,) = svc.score([Submission(t, right)])
+        finally:
+            svc.close()
+    assert not r.failed, r.reason
+    assert r.components["outcome"] == 1.0 and r.components["judge_intent"] == pytest.approx(0.9)
+    user = srv.bodies[0]["messages"][1]["content"]
+    assert RUBRIC in user and f"<answer>\n{t.answer}\n</answer>" in user and "<reference>" in user
