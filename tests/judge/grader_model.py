@@ -5,9 +5,11 @@ server renders, greedy decoding writes `REPLY` and then EOS.
 The prompts it trains on go through the server's own request parsing (`api.parse`), so they end
 exactly as the server's chat rendering ends (for a tokenizer without a chat template:
 "role: content" lines, then "assistant: "). Half are judge prompts (`rubrics.messages`) of random
-items, half a random printable text of random length as a single user message: the model learns
-to answer from the prompt's last characters, whatever comes before and however long it is.
-Loss is on the reply (and its EOS) only.
+items under random criteria (and sometimes the built-in rubrics), half random text as a single
+user message: the model learns to answer from the prompt's last characters, whatever comes
+before and however long it is. Loss is on the reply (and its EOS) only, and only those few
+positions' queries are computed (`_tail_attention`, exact for one layer), so 200 steps over
+prompts of ~1000 tokens take a few seconds on one CPU thread.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def train_grader(folder: str | Path, steps: int = 200, batch: int = 8, lr: float
     decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
     tail = len(target)  # the positions whose next token is the reply's: the last ones (left padding)
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     try:
         for _ in range(steps):
             prompts = [prompt() for _ in range(batch)]

@@ -28,8 +28,8 @@ START_DEADLINE_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """(base_url, model folder) of a `tempering serve` of the grader; killed at the end."""
+def base_url(tmp_path_factory):
+    """The base URL of a `tempering serve` of the grader; the server is killed at the end."""
     folder = train_grader(tmp_path_factory.mktemp("grader"))
     log = open(folder / "serve.log", "w+")
     # --port 0: the server binds a free port itself and prints it, so no other process can take it first.
@@ -38,13 +38,15 @@ def served(tmp_path_factory):
                              "--engine.max_batch_size=8", "--engine.request_timeout_s=60"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
+    reader.start()
     try:
-        base_url = _wait_ready(proc, lines, log)
-        yield base_url, folder
+        yield _wait_ready(proc, lines, log)
     finally:
         proc.kill()
         proc.wait(10)
+        reader.join(5)
+        proc.stdout.close()
         log.close()
 
 
@@ -89,12 +91,9 @@ ITEMS = [JudgeItem(f"What is {i} + {i}?", answer=str(2 * i), reference=str(2 * i
          for i in range(12)]
 
 
-def test_many_items_in_flight_are_graded_and_a_repeat_is_served_from_the_cache(served):
-    base_url, _ = served
+def test_many_items_in_flight_are_graded_and_a_repeat_is_served_from_the_cache(base_url):
     with Judge(spec(base_url, max_in_flight=4)) as judge:
-        t0 = time.monotonic()
         results = judge.judge(ITEMS)
-        seconds = time.monotonic() - t0
         assert [(r.ok, r.score, r.reply) for r in results] == [(True, pytest.approx(0.7), REPLY)] * 12, \
             [r.error or r.reply for r in results]
         assert all(r.attempts == 1 and not r.cached for r in results)
@@ -106,12 +105,11 @@ def test_many_items_in_flight_are_graded_and_a_repeat_is_served_from_the_cache(s
         assert [(r.score, r.reply, r.cached, r.attempts) for r in again] == [(pytest.approx(0.7), REPLY, True, 0)] * 12
         stats = judge.stats()
         assert stats["requests"] == 12 and stats["cache_hits"] == 12 and stats["cache_misses"] == 12
-    assert seconds < 60
 
 
-def test_a_prompt_past_the_context_is_a_refused_request_not_a_score(served):
-    base_url, _ = served
-    long_rubric = RUBRIC + " " + "Check every step of the working carefully. " * 50  # the prompt: ~3000 tokens, past 2048
+def test_a_prompt_past_the_context_is_a_refused_request_not_a_score(base_url):
+    # criteria of ~2200 characters: a prompt of ~3000 tokens, past the server's 2048
+    long_rubric = RUBRIC + " " + "Check every step of the working carefully. " * 50
     item = JudgeItem("What is 1 + 1?", answer="2")
     with Judge(spec(base_url, rubric=long_rubric)) as judge:
         [result] = judge.judge([item])
@@ -128,8 +126,7 @@ def test_a_prompt_past_the_context_is_a_refused_request_not_a_score(served):
         assert judge.score(ITEMS[0]) == pytest.approx(0.7)  # the refusal left the server serving
 
 
-def test_a_reply_cut_before_its_score_line_is_a_parse_error(served):
-    base_url, _ = served
+def test_a_reply_cut_before_its_score_line_is_a_parse_error(base_url):
     with Judge(spec(base_url, max_tokens=3)) as judge:
         [result] = judge.judge([ITEMS[1]])
         stats = judge.stats()
