@@ -205,9 +205,38 @@ class TasksConfig:
     def __post_init__(self) -> None:
         _require(len(self.weights) > 0, "tasks.weights", "at least one domain", self.weights)
         for name, w in self.weights.items():
-            _require(w > 0, f"tasks.weights.{name}", "a weight > 0", w)
+            _require(type(w) in (int, float) and math.isfinite(w) and w > 0, f"tasks.weights.{name}",
+                     "a finite weight > 0", w)
         _require(self.eval_per_domain > 0, "tasks.eval_per_domain", "an integer > 0", self.eval_per_domain)
         _require(self.sft_per_domain >= 0, "tasks.sft_per_domain", "an integer >= 0", self.sft_per_domain)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How rollout capacity and sandbox slots are shared between domains (`tempering.scheduler`).
+    `tasks.weights` are the domains' target shares of the resources (generated tokens and
+    sandbox seconds, by dominant-resource fairness); these keys shape them while the run goes."""
+
+    # domain, family or glob -> priority (higher first: its groups start first in a batch and
+    # its sandbox jobs jump the node's queue); domains not named are 0
+    priorities: dict[str, int] = field(default_factory=dict)
+    adaptive: bool = True  # weights follow the learning signal (groups whose rewards differ)
+    window: int = 32  # groups per domain over which pass rates and signals are measured
+    floor: float = 0.1  # an adaptive weight stays at least this fraction of the configured one
+    curriculum: bool = True  # domains with difficulty levels start at the easiest and move up
+    promote_at: float = 0.8  # a full window's pass rate at or above this moves a domain up a level
+    horizon: int = 2000  # groups over which resource usage is remembered (exponential decay)
+    aging_s: float = 30.0  # at a node, this much waiting is worth one priority level
+
+    def __post_init__(self) -> None:
+        for name, p in self.priorities.items():
+            _require(type(p) is int, f"scheduler.priorities.{name}", "an integer", p)
+        _require(type(self.window) is int and self.window >= 2, "scheduler.window", "an integer >= 2", self.window)
+        _require(0 < self.floor <= 1, "scheduler.floor", "a number in (0, 1]", self.floor)
+        _require(0 < self.promote_at <= 1, "scheduler.promote_at", "a number in (0, 1]", self.promote_at)
+        _require(type(self.horizon) is int and self.horizon >= 1, "scheduler.horizon", "an integer >= 1",
+                 self.horizon)
+        _require(self.aging_s > 0, "scheduler.aging_s", "a number > 0", self.aging_s)
 
 
 @dataclass(frozen=True)
@@ -322,7 +351,8 @@ class RewardConfig:
 @dataclass(frozen=True)
 class BufferConfig:
     max_staleness: int = 1  # 0 = synchronous; k = samples may be up to k versions old
-    queue_size: int = 2  # steps' worth of groups the rollout may run ahead (bounded queue)
+    # complete batches that may wait for the trainer; while they do, no new batch is admitted
+    queue_size: int = 2
     drop_uniform_groups: bool = True  # groups whose rewards are all equal carry no GRPO signal
 
     def __post_init__(self) -> None:
@@ -406,6 +436,7 @@ class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)

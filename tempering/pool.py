@@ -4,9 +4,11 @@ The mix (`tasks.weights`) may name domains, families or globs (`registry.resolve
 domains are drawn in proportion to their weights. A generator domain's tasks come from a seeded
 RNG, and a stable hash of the task (its prompt, environment and data reference) puts 1 in 10
 into the held-out split, which training never draws. A dataset domain has its own split: its
-training tasks are drawn without replacement, in a fresh shuffled order each epoch. Plugins
-(`tasks.plugins`) are loaded first, in every process that builds a pool. Pass rates per domain
-are tracked for metrics and for the scheduler. Priorities and curricula are not here yet.
+training tasks are drawn without replacement, in a fresh shuffled order each epoch. A domain
+with difficulty levels is drawn at the level asked for; held-out tasks are of its top level, SFT
+examples of every level. Plugins (`tasks.plugins`) are loaded first, in every process that
+builds a pool. Which domain is drawn next, and at which level, is the global scheduler's
+decision (`tempering.scheduler.global_`, which owns the pool); the pool only draws.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-from collections import defaultdict
 
 from tempering.config import TasksConfig
 from tempering.errors import UserError
@@ -46,8 +47,6 @@ class TaskPool:
         self.domains: dict[str, Domain] = {name: get_domain(name) for name in self.weights}
         self.rng = random.Random(cfg.seed + seed_offset)
         self._orders: dict[str, list[Task]] = {}  # dataset domains: training tasks left this epoch
-        self.passed: dict[str, float] = defaultdict(float)
-        self.seen: dict[str, int] = defaultdict(int)
 
     @property
     def alphabet(self) -> str:
@@ -57,10 +56,16 @@ class TaskPool:
     def needs_sandbox(self) -> bool:
         return any(d.sandbox for d in self.domains.values())
 
+    @property
+    def levels(self) -> dict[str, int]:
+        return {name: d.levels for name, d in self.domains.items()}
+
     def next_tasks(self, k: int) -> list[Task]:
+        """`k` training tasks of domains drawn by weight (for tools and tests; a run's domains
+        are the scheduler's choice, through `next_task`)."""
         names = list(self.domains)
         weights = [self.weights[n] for n in names]
-        return [self._next(self.rng.choices(names, weights)[0]) for _ in range(k)]
+        return [self.next_task(self.rng.choices(names, weights)[0]) for _ in range(k)]
 
     def heldout(self) -> list[Task]:
         """The evaluation set: the same tasks every time for a given config."""
@@ -81,20 +86,15 @@ class TaskPool:
             if d.is_dataset:
                 out += [with_id(t) for t in d.load("train")[: self.cfg.sft_per_domain]]
             else:
-                out += [self._draw(rng, name, heldout=False) for _ in range(self.cfg.sft_per_domain)]
+                out += [self._draw(rng, name, heldout=False, level=rng.randrange(d.levels))
+                        for _ in range(self.cfg.sft_per_domain)]
         return [t for t in out if t.reference is not None]
 
-    def record(self, domain: str, outcomes: list[float]) -> None:
-        self.passed[domain] += sum(outcomes)
-        self.seen[domain] += len(outcomes)
-
-    def pass_rates(self) -> dict[str, float]:
-        return {d: self.passed[d] / self.seen[d] for d in self.seen if self.seen[d]}
-
-    def _next(self, name: str) -> Task:
+    def next_task(self, name: str, level: int | None = None) -> Task:
+        """A training task of domain `name` (at `level`; None: its top level)."""
         domain = self.domains[name]
         if not domain.is_dataset:
-            return self._draw(self.rng, name, heldout=False)
+            return self._draw(self.rng, name, heldout=False, level=level)
         if not self._orders.get(name):  # a new epoch: every training task once more, in a new order
             tasks = list(domain.load("train"))
             if not tasks:
@@ -103,10 +103,10 @@ class TaskPool:
             self._orders[name] = tasks
         return with_id(self._orders[name].pop())
 
-    def _draw(self, rng: random.Random, name: str, heldout: bool) -> Task:
+    def _draw(self, rng: random.Random, name: str, heldout: bool, level: int | None = None) -> Task:
         domain = self.domains[name]
         for _ in range(1000):
-            task = domain.make(rng)
+            task = domain.generate(rng, level)
             if is_heldout(task) == heldout:
                 return with_id(task)
         raise UserError(f"domain {name}: 1000 draws gave no {'held-out' if heldout else 'training'} task (1 task "

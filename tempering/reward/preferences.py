@@ -153,7 +153,7 @@ def demo_pairs(n: int, seed: int = 0, domains: Sequence[str] = DEMO_DOMAINS) -> 
 
     rng = random.Random(seed)
     made = [get_domain(d) for d in domains]
-    tasks = [made[i % len(made)].make(rng) for i in range(n)]
+    tasks = [made[i % len(made)].generate(rng) for i in range(n)]
     # replacements come from what the domain's answers are made of (digits, letters a-h), so a
     # wrong answer never gives itself away by a character correct answers never have
     chars = {d: sorted({c for t in tasks if t.domain == d for c in t.answer}) for d in domains}

@@ -2,6 +2,8 @@
 
 Prompts are bare expressions (`37+48=`) so a tiny character model can learn them from scratch;
 the answer is checked by the `exact_answer` verifier, with partial credit for correct digits.
+Three difficulty levels: single-digit sums, two-digit sums, and two-digit sums and differences
+(the top level, the one evaluated and drawn without a curriculum).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from tempering.tasks.checks import exact_answer
 from tempering.tasks.domain import Domain
 
 
-def _make(rng: random.Random) -> Task:
-    a, b = rng.randint(0, 99), rng.randint(0, 99)
-    if rng.random() < 0.5:
+def _make(rng: random.Random, level: int) -> Task:
+    top = 9 if level == 0 else 99
+    a, b = rng.randint(0, top), rng.randint(0, top)
+    if level < 2 or rng.random() < 0.5:
         prompt, answer = f"{a}+{b}=", str(a + b)
     else:
         a, b = max(a, b), min(a, b)
@@ -25,4 +28,4 @@ def _make(rng: random.Random) -> Task:
 
 
 DOMAIN = Domain("arithmetic", "add or subtract two numbers below 100", exact_answer, make=_make,
-                alphabet="0123456789+-=")
+                alphabet="0123456789+-=", levels=3)

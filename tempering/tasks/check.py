@@ -114,7 +114,7 @@ def draw(domain: Domain, count: int, seed: int) -> list[Task]:
     if domain.is_dataset:
         return [with_id(t) for t in domain.load("heldout")[:count]]
     rng = random.Random(seed)
-    return [with_id(domain.make(rng)) for _ in range(count)]
+    return [with_id(domain.generate(rng)) for _ in range(count)]
 
 
 def reward_service(tokenizer: Tokenizer, sandbox: Any, cfg: RewardConfig = RewardConfig()) -> RewardService:

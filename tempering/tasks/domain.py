@@ -1,6 +1,8 @@
 """`Domain`: a kind of task, everything the system needs to train on it.
 
-A domain is either a generator (`make(rng)` returns a fresh task) or a finite dataset
+A domain is either a generator (`make(rng)` returns a fresh task; a domain with `levels` > 1
+takes `make(rng, level)`, level 0 the easiest and `levels - 1` the difficulty it is evaluated
+at) or a finite dataset
 (`load(split)` returns its "train" or "heldout" tasks; the pool draws the training ones without
 replacement, epoch after epoch). It owns its check (`verify`: the task, the sample, a
 `VerifierContext` -> a `Verdict`), the tools its episodes may call beyond the common ones, and,
@@ -41,13 +43,14 @@ class Domain:
     name: str
     description: str
     verify: Verifier
-    make: Callable[[random.Random], Task] | None = None
+    make: Callable[..., Task] | None = None  # (rng) -> task, or (rng, level) -> task when levels > 1
     load: Callable[[str], Sequence[Task]] | None = None
     tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent.tools.Tool, beyond the common ones
     open_host: Callable[[Task], Any] | None = None  # the per-episode object its tools act on
     sandbox: bool = False  # its episodes or its verifier run code: a run starts the sandbox for it
     heavy: bool = False  # its verifier runs in a process a deadline can kill
     alphabet: str = ""
+    levels: int = 1  # difficulty levels of a generator (the scheduler's curriculum moves through them)
     # its own oracle and no-op check, for tasks whose oracle is not a reference answer (a terminal
     # task's solution script): (task, sandbox) -> (oracle outcome, no-op outcome)
     check: Callable[[Task, Any], tuple[float, float]] | None = None
@@ -61,6 +64,18 @@ class Domain:
                              "with at most one '/' between a family and a name")
         if (self.make is None) == (self.load is None):
             raise ValueError(f"domain {self.name}: give exactly one of make (a generator) or load (a dataset)")
+        if type(self.levels) is not int or self.levels < 1 or (self.levels > 1 and self.make is None):
+            raise ValueError(f"domain {self.name}: levels must be an integer >= 1, and > 1 only for a generator; "
+                             f"got {self.levels!r}")
+
+    def generate(self, rng: random.Random, level: int | None = None) -> Task:
+        """A fresh task at `level` (None: the top level, the one evaluated)."""
+        if self.levels == 1:
+            return self.make(rng)
+        level = self.levels - 1 if level is None else level
+        if not 0 <= level < self.levels:
+            raise ValueError(f"domain {self.name}: level {level} outside 0..{self.levels - 1}")
+        return self.make(rng, level)
 
     @property
     def family(self) -> str:
