@@ -33,6 +33,7 @@ from tempering.evaluation import EvalResult
 from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
+from tempering.scheduler.global_ import GlobalScheduler
 from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
@@ -51,7 +52,7 @@ class Run:
     tokenizer: Tokenizer
     model: Decoder
     trainer: Trainer
-    pool: TaskPool
+    scheduler: GlobalScheduler  # owns the task pool
     advantage: Advantage
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
     started: float  # time.monotonic() when this invocation started
@@ -69,7 +70,7 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
         run = prepare(cfg, resume, started)
         if run.state["baseline"] is None:
             warm_up(run, stop)
-        with RolloutService(rollout_spec(run), run.model, run.state["version"], cfg.buffer.queue_size) as rollout:
+        with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler) as rollout:
             if run.state["baseline"] is None:
                 run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
             if not stop.is_set():
@@ -131,11 +132,17 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     threads = threads_per_process(cfg.run.threads, processes=2)  # the trainer and the rollout worker
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
-    pool = TaskPool(cfg.tasks)
-    check_scorers(cfg.reward, list(pool.weights))  # before anything starts: a bad grader is a config error
     state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
     if ckpt is not None:
         model, trainer_state, state = load_checkpoint(ckpt)
+    scheduler = GlobalScheduler(cfg.tasks, cfg.scheduler, cfg.rollout.tasks_per_step, cfg.buffer.max_staleness,
+                                cfg.buffer.queue_size, first_batch=state["step"], last_batch=cfg.run.steps,
+                                tokens_per_group=cfg.rollout.samples_per_task * cfg.rollout.max_tokens / 2)
+    if "scheduler" in state:  # pass rates, adaptive weights, levels and usage as the checkpoint left them
+        scheduler.load_state_dict(state["scheduler"])
+    pool = scheduler.pool
+    check_scorers(cfg.reward, list(pool.weights))  # before anything starts: a bad grader is a config error
+    if ckpt is not None:
         tokenizer = load_tokenizer(ckpt / "model")
         # Steps after the checkpoint are redone: forget what the interrupted run logged for them.
         rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state["step"])
@@ -154,7 +161,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     if unknown:
         raise ConfigError(f"reward.domain_weights.{unknown[0]}: not a domain of tasks.weights "
                           f"({', '.join(sorted(cfg.tasks.weights))})")
-    return Run(cfg, run_dir, tokenizer, model, trainer, pool, advantage, state, started, threads)
+    return Run(cfg, run_dir, tokenizer, model, trainer, scheduler, advantage, state, started, threads)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, pool: TaskPool) -> Tokenizer:
@@ -192,9 +199,9 @@ def rollout_spec(run: Run) -> RolloutSpec:
     cfg = run.cfg
     return RolloutSpec(
         arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine,
-        sandbox=cfg.sandbox, tasks=cfg.tasks, rollout=cfg.rollout, reward=cfg.reward,
-        eval_max_tokens=cfg.eval.max_tokens, max_staleness=cfg.buffer.max_staleness,
-        seed=cfg.run.seed, first_batch=run.state["step"], last_batch=cfg.run.steps, threads=run.threads,
+        sandbox=cfg.sandbox, scheduler=cfg.scheduler, plugins=cfg.tasks.plugins,
+        needs_sandbox=run.scheduler.pool.needs_sandbox, rollout=cfg.rollout, reward=cfg.reward,
+        eval_max_tokens=cfg.eval.max_tokens, seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.monotonic())
 
 
@@ -216,7 +223,7 @@ def warm_up(run: Run, stop: StopRequest) -> None:
             bar.update(1)
             bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
-        examples = run.pool.sft_examples()
+        examples = run.scheduler.pool.sft_examples()
         kept = fitting(examples, run.tokenizer, run.model.arch.max_position_embeddings)
         if len(kept) < len(examples):
             print(f"[tempering] warm-up: {len(examples) - len(kept)} of {len(examples)} SFT examples are longer than "
@@ -240,7 +247,7 @@ def run_eval(run: Run, rollout: RolloutService, label: str) -> EvalResult:
 
 def checkpoint(run: Run) -> None:
     save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(),
-                    {**run.state, "wall_seconds": run.wall_seconds})
+                    {**run.state, "wall_seconds": run.wall_seconds, "scheduler": run.scheduler.state_dict()})
 
 
 def timed(fn, *args) -> float:
@@ -309,7 +316,10 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "outcome": {d: sum(v) / len(v) for d, v in solved.items() if v},  # this step's samples
         # each reward component's mean over the samples that have one (verifiers', rm_*, judge_*)
         "component": {k: sum(v) / len(v) for k, v in sorted(components.items())},
-        "pass_rate": rollout.pass_rates,  # cumulative over the run, per domain
+        # per domain: target and achieved share, adaptive weight, level, pass rate and learning
+        # signal over the last scheduler.window groups; the sandbox node's queue and waits
+        "scheduler": rollout.scheduler,
+        **({"sandbox_queue": rollout.node} if rollout.node else {}),
         **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         **episode_record(rollout.groups),

@@ -38,7 +38,7 @@ def test_alphabet_covers_every_task(name):
 
     d, rng = get_domain(name), random.Random(0)
     for _ in range(200):
-        t = d.make(rng)
+        t = d.generate(rng)
         files = "".join(text for _, text in t.environment.files) if t.environment else ""
         assert set(t.prompt + t.answer + "".join(t.reference_turns) + files) <= set(d.alphabet), t
 

@@ -49,6 +49,15 @@ def test_short_run_end_to_end(tmp_path):
     # the demo mix runs model-written programs, and by default in the isolated sandbox
     executions = [json.loads(line) for line in (run / "sandbox.jsonl").read_text().splitlines()]
     assert executions and all(e["backend"] == "bwrap" for e in executions)
+    # both schedulers are on the path: the global one's per-domain shares, weights and levels, and
+    # the node's queue, whose jobs are the sandbox executions tagged with their domain
+    for kind in ("share_target", "share", "weight", "level"):
+        assert {k.rsplit("/", 1)[1] for k in rows[-1] if k.startswith(f"scheduler/{kind}/")} == {
+            "sorting", "strings", "code", "files"}, kind
+    assert abs(sum(v for k, v in rows[-1].items() if k.startswith("scheduler/share_target/")) - 1) < 1e-6
+    assert {e["domain"] for e in executions} == {"code"} and all("sandbox_queue/queued" in r for r in rows)
+    # every training job waited in the node's queue: a group's report covers the jobs started before it
+    assert sum(r["sandbox_queue/jobs"] for r in rows) >= len([e for e in executions if e["batch"] is not None])
     transformers = pytest.importorskip("transformers")
     transformers.AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "step-000003" / "model")
 

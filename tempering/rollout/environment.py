@@ -74,8 +74,8 @@ class Environments:
 
 def sample_tag(task: Task, index: int, key: Any) -> ExecTag:
     """What joins a sandbox execution to its sample in sandbox.jsonl: the sample's id, and the
-    rollout batch or the evaluation it belongs to (`key` is the runner's ("train", batch) or
-    ("eval", label); other keys tag only the sample)."""
-    kind, where = key if isinstance(key, tuple) and len(key) == 2 else (None, None)
+    rollout batch or the evaluation it belongs to (`key` is the runner's ("train", batch, ...) or
+    ("eval", label); other keys tag only the sample), and its domain."""
+    kind, where = key[:2] if isinstance(key, tuple) and len(key) >= 2 else (None, None)
     return ExecTag(sample=f"{task.id}/{index}", batch=where if kind == "train" else None,
-                   eval=where if kind == "eval" else "")
+                   eval=where if kind == "eval" else "", domain=task.domain)

@@ -26,7 +26,7 @@ from tempering.sandbox import bwrap, cgroups, job
 from tempering.sandbox.pool import WarmPool
 from tempering.sandbox.probe import Capabilities, SandboxUnavailable
 from tempering.sandbox.reaper import Reaper
-from tempering.sandbox.request import Abort, ExecRequest
+from tempering.sandbox.request import Abort, ExecRequest, Sandbox
 from tempering.sandbox.session import Session, SessionDefaults, SessionSpec
 from tempering.sandbox.telemetry import ExecLog
 from tempering.sandbox.toolchain import Toolchain
@@ -108,11 +108,11 @@ class IsolatedSandbox:
             self._log.write(self.name, request, result, total_s=round(time.monotonic() - t0, 6), **extra)
         return result
 
-    def open_session(self, spec: SessionSpec) -> Session:
+    def open_session(self, spec: SessionSpec, runner: Sandbox | None = None) -> Session:
         cfg, tc = self._cfg, self._toolchain
         defaults = SessionDefaults.from_config(cfg, env=tc.session_env(bwrap.TOOLCHAIN_MOUNT) if tc else {},
                                                home=self._home)
-        return Session(self, spec, defaults)
+        return Session(runner or self, spec, defaults)
 
     def close(self) -> None:
         """End every sandbox and remove the cgroups; call after the last run() has returned."""

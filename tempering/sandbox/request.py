@@ -29,13 +29,14 @@ LIMITS = ("time_limit_s", "memory_mb", "pids", "output_limit_bytes")
 
 @dataclass(frozen=True)
 class ExecTag:
-    """Joins an execution to its sample in sandbox.jsonl (telemetry only; it changes nothing
-    about the run)."""
+    """Joins an execution to its sample in sandbox.jsonl. It changes nothing about the run
+    itself; a node's scheduler orders jobs by its domain and whether it is an evaluation's."""
 
     sample: str = ""  # the sample id (task id + sample index); "" when not a sample
     turn: int = -1  # the episode turn that issued it (-1: set-up or verification)
     batch: int | None = None  # the rollout batch (training step) it belongs to; resume rewinds by it
     eval: str = ""  # the evaluation label ("baseline", "final", "step-000010") for eval samples
+    domain: str = ""  # the sample's domain; "" when not a sample
 
 
 @dataclass(frozen=True)
@@ -196,13 +197,14 @@ class Sandbox(Protocol):
     None taken from the backend's `[sandbox]` config (`ExecRequest.resolved`; a ValueError
     from that, files too large for the configured memory limit, is the caller's). Its sessions
     take their per-command defaults from the same config. `open_session` gives an episode a
-    persistent workspace over many runs (`session.Session`); `close` ends the backend."""
+    persistent workspace over many runs (`session.Session`), whose commands go through `runner`'s
+    `run` when given (a node's scheduler in front of the backend); `close` ends the backend."""
 
     name: str
 
     def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult: ...
 
-    def open_session(self, spec: "SessionSpec") -> "Session": ...
+    def open_session(self, spec: "SessionSpec", runner: "Sandbox | None" = None) -> "Session": ...
 
     def close(self) -> None: ...
 

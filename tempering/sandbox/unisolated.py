@@ -22,7 +22,7 @@ from pathlib import Path
 from tempering.config import SandboxConfig
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest import archive, collect
-from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, exit_reason
+from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, Sandbox, exit_reason
 from tempering.sandbox.session import Session, SessionDefaults, SessionSpec
 from tempering.sandbox.telemetry import ExecLog
 from tempering.sandbox.toolchain import Toolchain
@@ -64,13 +64,13 @@ class UnisolatedSandbox:
             self._log.write(self.name, request, result)
         return result
 
-    def open_session(self, spec: SessionSpec) -> Session:
+    def open_session(self, spec: SessionSpec, runner: Sandbox | None = None) -> Session:
         if spec.workdir != DEFAULT_WORKDIR or spec.mounts:
             raise ValueError(f"the unisolated backend gives a session its workspace as the working directory only: "
                              f"workdir must be {DEFAULT_WORKDIR} and mounts empty (got workdir={spec.workdir!r}, "
                              f"mounts={[m.path for m in spec.mounts]}); absolute paths need sandbox.backend = 'bwrap'")
         tc = self._toolchain
-        return Session(self, spec, SessionDefaults.from_config(
+        return Session(runner or self, spec, SessionDefaults.from_config(
             self._cfg, env=tc.session_env(str(tc.root)) if tc else {}, home=None))
 
     def close(self) -> None:

@@ -74,7 +74,7 @@ def test_the_prompt_states_the_design_intent_and_nothing_of_the_target(name):
     d, rng = get_domain(name), random.Random(1)
     derived = 0
     for _ in range(40):
-        t = d.make(rng)
+        t = d.generate(rng)
         kind, seed = t.ref.split(":")
         p = part(kind, int(seed))
         said = {float(x) for x in NUMBER.findall(t.prompt)}

@@ -29,7 +29,7 @@ NAMES = ("finance/conclusion", "finance/conclusion-inline")
 
 def tasks(name: str, n: int, seed: int = 0) -> list:
     rng = random.Random(seed)
-    return [get_domain(name).make(rng) for _ in range(n)]
+    return [get_domain(name).generate(rng) for _ in range(n)]
 
 
 def verdict(task, answer: str) -> tuple[bool, float, str]:

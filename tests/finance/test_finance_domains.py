@@ -50,7 +50,7 @@ def tasks_of(name: str) -> list:
         _, tools, budget = VARIANTS["-long"]
         return [make_task(name, family, spec, q, tools, budget) for q in (1, 2)]
     rng = random.Random(name)
-    return [domain.make(rng) for _ in range(2)]
+    return [domain.generate(rng) for _ in range(2)]
 
 
 def play(task, turns):
