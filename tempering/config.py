@@ -225,7 +225,10 @@ class SchedulerConfig:
     floor: float = 0.1  # an adaptive weight stays at least this fraction of the configured one
     curriculum: bool = True  # domains with difficulty levels start at the easiest and move up
     promote_at: float = 0.8  # a full window's pass rate at or above this moves a domain up a level
-    horizon: int = 2000  # groups over which resource usage is remembered (exponential decay)
+    # groups over which resource usage is remembered (exponential decay); 0 = 100 per domain of
+    # the mix, at least 2,000 (a short one favours domains whose groups cost much, by about
+    # x / ln(1 + x) for a group cost x times their fair share of a horizon)
+    horizon: int = 0
     aging_s: float = 30.0  # at a node, this much waiting is worth one priority level
 
     def __post_init__(self) -> None:
@@ -234,7 +237,7 @@ class SchedulerConfig:
         _require(type(self.window) is int and self.window >= 2, "scheduler.window", "an integer >= 2", self.window)
         _require(0 < self.floor <= 1, "scheduler.floor", "a number in (0, 1]", self.floor)
         _require(0 < self.promote_at <= 1, "scheduler.promote_at", "a number in (0, 1]", self.promote_at)
-        _require(type(self.horizon) is int and self.horizon >= 1, "scheduler.horizon", "an integer >= 1",
+        _require(type(self.horizon) is int and self.horizon >= 0, "scheduler.horizon", "an integer >= 0",
                  self.horizon)
         _require(self.aging_s > 0, "scheduler.aging_s", "a number > 0", self.aging_s)
 

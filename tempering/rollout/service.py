@@ -72,6 +72,7 @@ class RolloutService:
         self._seconds: dict[str, float] = {}
         self._startup: float | None = None
         self._heldout = None
+        self._handed: float | None = None  # when the last batch went to the trainer
         scheduler.add_replica(REPLICA)
         if spec.needs_sandbox:
             scheduler.add_node(REPLICA, spec.sandbox.workers)
@@ -83,6 +84,8 @@ class RolloutService:
 
     def next_batch(self, stop: Any) -> RolloutBatch | None:
         """The next batch, in order; None if `stop` was set while waiting."""
+        if self._handed is not None:  # the trainer worked on the previous batch since then
+            self.scheduler.measured_trainer(self.scheduler.groups_per_batch / (time.perf_counter() - self._handed))
         self._dispatch()
         while not self._complete(self._next):
             done: GroupDone | None = self.groups.get(self.timeout, "rollout worker", [self.worker], stop)
@@ -93,6 +96,7 @@ class RolloutService:
         self.scheduler.consumed(self._next)
         self._next += 1
         self._dispatch()
+        self._handed = time.perf_counter()
         return batch
 
     def evaluate(self, label: str) -> EvalResult:
@@ -100,6 +104,7 @@ class RolloutService:
         if self._heldout is None:
             self._heldout = self.scheduler.pool.heldout()
         self._requests.put(EvalRequest(label, self.store.version, self._heldout))
+        self._handed = None  # the time until the next batch is the evaluation's, not the trainer's
         return self._replies.get(self.timeout, f"rollout worker (evaluation {label})", [self.worker])
 
     def close(self) -> None:

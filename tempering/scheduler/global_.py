@@ -5,10 +5,12 @@ b - max_staleness is published) and applies backpressure (no new batch while `qu
 complete batches wait for the trainer). Each group of an admitted batch goes to the domain
 with the lowest weighted dominant share: a domain's usage of each resource (generated tokens,
 as seconds of the engine replicas' throughput; sandbox seconds, as seconds of all the nodes'
-slots) is charged with the domain's expected cost when the group starts and corrected by what
-it used when it ends, decays over `horizon` groups, and the larger of the two, divided by the
-domain's weight, is what fairness equalises (dominant resource fairness). So `tasks.weights` are
-shares of the resources, and a domain whose groups are expensive gets fewer of them. Weights
+slots; groups, as seconds of the trainer's throughput, since every group takes its place in a
+batch however little it cost to generate) is charged with the domain's expected cost when the
+group starts and corrected by what it used when it ends, decays over `horizon` groups, and the
+largest of the three, divided by the domain's weight, is what fairness equalises (dominant
+resource fairness). So `tasks.weights` are shares of the resources, and a domain whose groups
+are expensive gets fewer of them. Weights
 adapt and domains move up difficulty levels as `Curriculum` says. A group goes to the replica
 with the least expected work in flight per unit of throughput; replicas and sandbox nodes may
 join and leave while running (the groups of a replica that leaves are handed to the others). Each
@@ -83,16 +85,20 @@ def resolve_priorities(priorities: Mapping[str, int], mix: Mapping[str, Any]) ->
 class GlobalScheduler:
     def __init__(self, tasks: TasksConfig, cfg: SchedulerConfig, groups_per_batch: int, max_staleness: int,
                  queue_size: int, first_batch: int = 0, last_batch: int | None = None,
-                 tokens_per_group: float = 64.0, pool: TaskPool | None = None):
+                 tokens_per_group: float = 64.0, pool: TaskPool | None = None,
+                 trainer_groups_per_s: float = 50.0):
         self.cfg = cfg
         self.pool = pool if pool is not None else TaskPool(tasks, seed_offset=first_batch)
         names = list(self.pool.weights)
+        self.horizon = cfg.horizon or max(2000, 100 * len(names))
+        self._policy: NodePolicy | None = None  # cached until weights or nodes change
         self.priorities = resolve_priorities(cfg.priorities, self.pool.domains)
         self.curriculum = Curriculum(cfg, self.pool.weights, self.pool.levels)
         self.groups_per_batch, self.max_staleness, self.queue_size = groups_per_batch, max_staleness, queue_size
         self.next_batch, self.last_batch = first_batch, last_batch
         self.sandboxed = {n for n in names if self.pool.domains[n].sandbox}
         self.replicas: dict[str, float] = {}  # name -> tokens per second it generates
+        self.trainer_groups_per_s = trainer_groups_per_s  # groups the trainer takes per second of its work
         self.nodes: dict[str, int] = {}  # name -> sandbox slots
         self.inflight: dict[int, GroupOrder] = {}
         self._load: Counter = Counter()  # replica -> expected tokens in flight
@@ -103,7 +109,8 @@ class GlobalScheduler:
         self._charged: dict[int, tuple[float, float]] = {}  # order -> (tokens, sandbox s) charged at its start
         # expected cost of one group, learned per domain: generated tokens, sandbox seconds
         self.cost = {n: [tokens_per_group, 1.0 if n in self.sandboxed else 0.0] for n in names}
-        self.usage = {n: [0.0, 0.0] for n in names}  # decayed, in growing units (see _grow)
+        # tokens, sandbox seconds, groups: decayed, in growing units (see _growth)
+        self.usage = {n: [0.0, 0.0, 0.0] for n in names}
         self._orders_made = 0
         self._offset = 0  # orders made at the last renormalisation (growth is 1 there)
         self._heap: list = []
@@ -125,6 +132,13 @@ class GlobalScheduler:
         what the token resource is normalised by."""
         if tokens_per_s > 0 and name in self.replicas:
             self.replicas[name] = 0.8 * self.replicas[name] + 0.2 * tokens_per_s
+            self._rebuild()
+
+    def measured_trainer(self, groups_per_s: float) -> None:
+        """The trainer's measured throughput (groups per second of its own work), averaged into
+        what the groups resource is normalised by."""
+        if groups_per_s > 0:
+            self.trainer_groups_per_s = 0.8 * self.trainer_groups_per_s + 0.2 * groups_per_s
             self._rebuild()
 
     def remove_replica(self, name: str) -> list[GroupOrder]:
@@ -153,6 +167,11 @@ class GlobalScheduler:
 
     def node_policy(self) -> NodePolicy:
         """The sandbox domains' shares of every node's slots (their weights among themselves)."""
+        if self._policy is None:
+            self._policy = self._node_policy()
+        return self._policy
+
+    def _node_policy(self) -> NodePolicy:
         weights = self.curriculum.weights()
         total = sum(weights[n] for n in self.sandboxed)
         return NodePolicy({n: weights[n] / total for n in sorted(self.sandboxed)} if total else {},
@@ -176,7 +195,7 @@ class GlobalScheduler:
         level = self.curriculum.level(name)
         task = self.pool.next_task(name, level if self.pool.domains[name].levels > 1 else None)
         tokens, sandbox_s = self.cost[name]
-        self._charge(name, tokens, sandbox_s)
+        self._charge(name, tokens, sandbox_s, 1.0)
         self._orders_made += 1
         order = GroupOrder(next(self._ids), batch, task, "", self.priorities[name], level)
         self._charged[order.id] = (tokens, sandbox_s)
@@ -201,6 +220,8 @@ class GlobalScheduler:
         cost = self.cost[name]
         self.cost[name] = [0.8 * cost[0] + 0.2 * report.tokens, 0.8 * cost[1] + 0.2 * report.sandbox_s]
         self.curriculum.record(name, report.outcomes, report.rewards)
+        if self.cfg.adaptive:
+            self._policy = None  # the weights, so the quotas, may have moved
         self._push(name)
         self._done[order.batch] += 1
         if self._done[order.batch] == self.groups_per_batch:
@@ -233,7 +254,7 @@ class GlobalScheduler:
     def state_dict(self) -> dict[str, Any]:
         g = self._growth()
         return {"curriculum": self.curriculum.state_dict(), "cost": self.cost,
-                "usage": {n: [u[0] / g, u[1] / g] for n, u in self.usage.items()}}
+                "usage": {n: [x / g for x in u] for n, u in self.usage.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.curriculum.load_state_dict(state["curriculum"])
@@ -256,27 +277,27 @@ class GlobalScheduler:
         return placed
 
     def _growth(self) -> float:
-        return math.exp((self._orders_made - self._offset) / self.cfg.horizon)
+        return math.exp((self._orders_made - self._offset) / self.horizon)
 
-    def _charge(self, name: str, tokens: float, sandbox_s: float) -> None:
+    def _charge(self, name: str, tokens: float, sandbox_s: float, groups: float = 0.0) -> None:
         g = self._growth()
         if g > _RENORM:
             self._offset = self._orders_made
             for u in self.usage.values():
-                u[0] /= g
-                u[1] /= g
+                u[:] = [x / g for x in u]
             g = 1.0
             self._rebuild()
         u = self.usage[name]
         u[0] = max(0.0, u[0] + tokens * g)
         u[1] = max(0.0, u[1] + sandbox_s * g)
+        u[2] += groups * g
         self._push(name)
 
     def _dominant(self, name: str) -> float:
         tokens_per_s = sum(self.replicas.values()) or 1.0
         slots = sum(self.nodes.values()) or 1
         u = self.usage[name]
-        return max(u[0] / tokens_per_s, u[1] / slots)
+        return max(u[0] / tokens_per_s, u[1] / slots, u[2] / self.trainer_groups_per_s)
 
     def _push(self, name: str) -> None:
         self._stamp[name] += 1
@@ -285,6 +306,7 @@ class GlobalScheduler:
 
     def _rebuild(self) -> None:
         """Capacities changed: every domain's dominant share is recomputed."""
+        self._policy = None
         self._heap = []
         for name in self.usage:
             self._push(name)

@@ -3,12 +3,17 @@
 A job waits in its domain's queue; when a slot (and the memory it reserves) is free, the job
 that goes next is chosen in two tiers. Jobs of domains whose recent slot usage is within the
 quota the global scheduler handed down come first; a domain over its quota runs only when no
-domain within its quota has a job waiting, so no slot idles (work-conserving). Within a tier the
-job with the lowest key goes: its arrival time, moved earlier by `aging_s` per priority level and
-later by its expected cost (the domain's expected duration, learned from the jobs it ran, times
-its memory need relative to a slot's share, capped at `aging_s`). The key is fixed at arrival,
-so a job is passed only by jobs that arrived at most `aging_s` x (priority difference + 1)
-after it: nothing starves.
+domain within its quota has a job waiting, so no slot idles (work-conserving). A quota above
+zero counts as at least one slot: with hundreds of domains a fair share is a small fraction of
+a slot, and a tier that held a domain to it would make the rest of a group wait for the usage
+of its first job to decay; so the tiers hold back the domains that take more than a slot's
+worth (floods), not each domain's second job. Within a tier the job with the lowest key goes:
+its arrival time, moved earlier by `aging_s` per priority level and later by its expected cost
+(the domain's expected duration, learned from the jobs it ran, times its memory need relative
+to a slot's share, capped at `aging_s`). The key is fixed at arrival, so within a tier a job is
+passed only by jobs that arrived at most `aging_s` x (priority difference + 1) after it; a
+domain over its quota comes back within it as the others use the node, after at most its
+excess slot-seconds divided by its quota in slots. Nothing starves.
 
 Usage decays with time constant `horizon_s` (kept as exponentially growing charges, so deciding
 never touches every domain). Everything here is plain bookkeeping with an explicit clock `now`:
@@ -109,6 +114,8 @@ class LocalScheduler:
         self.slots = slots
         if memory_mb is not None:
             self.memory_mb = memory_mb
+        for name in self._domains:  # a slot is now another share of the node: quotas floor anew
+            self._place(name)
 
     # -- jobs ---------------------------------------------------------------------------------------------
     def submit(self, job: Job, now: float) -> Job:
@@ -225,14 +232,15 @@ class LocalScheduler:
         if not d.queue:
             return
         head = d.queue[0][0]
+        share = d.share if not d.share else max(d.share, 1 / self.slots)  # at least one slot (see above)
         # the same comparison as _promote's (usage / share against the total), so a domain it
         # promotes is filed within quota; a zero share is never within quota
-        if d.share is None or (d.share > 0 and d.usage / d.share <= self._total):
+        if share is None or (share > 0 and d.usage / share <= self._total):
             heapq.heappush(self._under, (head, d.stamp, name))
         else:
             heapq.heappush(self._over, (head, d.stamp, name))
-            if d.share > 0:  # a zero share never comes back within quota
-                heapq.heappush(self._thresholds, (d.usage / d.share, d.stamp, name))
+            if share > 0:  # a zero share never comes back within quota
+                heapq.heappush(self._thresholds, (d.usage / share, d.stamp, name))
 
     def _promote(self) -> None:
         """Domains whose quota the grown total now covers move to the first tier."""

@@ -20,7 +20,7 @@ from tempering.tasks.checks import exact_answer
 
 # per-group (generated tokens, sandbox seconds) each test domain reports
 COST = {"zsched/tok": (1000, 0.0), "zsched/lite": (100, 0.0), "zsched/easy": (100, 0.0), "zsched/hard": (100, 0.0),
-        "zsched/box": (100, 8.0), "zsched/box2": (100, 8.0), "arithmetic": (100, 0.0)}
+        "zsched/box": (100, 8.0), "zsched/box2": (100, 8.0), "arithmetic": (100, 0.0), "zsched/free": (0, 0.0)}
 SIGNAL = ((1.0, 0.0), (1.0, 0.0))  # (outcomes, rewards): pass rate 0.5, rewards differ
 
 
@@ -109,6 +109,16 @@ def test_weighted_drf_reaches_target_dominant_shares():
     assert achieved == pytest.approx(target, abs=0.02)
 
 
+def test_a_group_that_costs_nothing_to_generate_still_takes_trainer_capacity():
+    """Groups of 0 tokens (a prompt past the context) cost 1/50 s of trainer each, others 0.1 s of engine: 5:1, not all."""
+    s = make({"zsched/free": 1.0, "zsched/lite": 1.0}, groups=6)
+    assert s.trainer_groups_per_s == 50.0
+    counts = Counter(o.task.domain for o in drive(s, 100))
+    assert counts["zsched/free"] == pytest.approx(500, abs=2) and counts["zsched/lite"] == pytest.approx(100, abs=2)
+    s.measured_trainer(10.0)  # a slower trainer (50 -> 42 groups/s): a free group costs more of it
+    assert s.trainer_groups_per_s == pytest.approx(42.0)
+
+
 def test_usage_and_replica_load_are_what_groups_used():
     """A group's start charge is taken back exactly at its end, even after the cost estimate moved."""
     s = make({"zsched/tok": 1.0, "zsched/lite": 1.0}, groups=8, replicas=("r0", "r1"))
@@ -162,7 +172,7 @@ def test_bad_domain_weights_from_the_command_line(value):
 
 @pytest.mark.parametrize("key,value", [
     ("window", 1), ("window", 2.5), ("floor", 0.0), ("floor", 1.5), ("floor", float("nan")), ("promote_at", 0.0),
-    ("promote_at", 1.01), ("horizon", 0), ("horizon", 10.0), ("aging_s", 0.0), ("priorities", {"zsched/box": 1.5})])
+    ("promote_at", 1.01), ("horizon", -1), ("horizon", 10.0), ("aging_s", 0.0), ("priorities", {"zsched/box": 1.5})])
 def test_bad_scheduler_values_are_errors_naming_the_key(key, value):
     """Each SchedulerConfig check names its key."""
     name = f"scheduler.{key}" + (".zsched/box" if key == "priorities" else "")

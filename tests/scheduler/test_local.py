@@ -152,24 +152,40 @@ def flood(sim: Sim, durations: dict[str, float], outstanding: int = 8, rng: rand
     sim.on_finish = lambda job, t: sim.submit(t, job.domain, dur(job.domain))
 
 
-@pytest.mark.parametrize("quotas, durations, seed", [
-    ({"a": 0.75, "b": 0.25}, {"a": 1.0, "b": 2.5}, None),
-    ({"a": 0.75, "b": 0.25}, {"a": 3.0, "b": 0.5}, 1),
-    ({"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 2.0, "b": 1.0, "c": 4.0}, 2),
+@pytest.mark.parametrize("quotas, durations, seed, slots", [
+    ({"a": 0.75, "b": 0.25}, {"a": 1.0, "b": 2.5}, None, 4),
+    ({"a": 0.75, "b": 0.25}, {"a": 3.0, "b": 0.5}, 1, 4),
+    ({"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 2.0, "b": 1.0, "c": 4.0}, 2, 10),
 ])
-def test_quotas_under_contention_give_slot_second_shares(quotas, durations, seed):
-    """Domains flooding one 4-slot node get slot-seconds within 3 points of their quotas, all slots busy."""
-    s = LocalScheduler(4)
+def test_quotas_under_contention_give_slot_second_shares(quotas, durations, seed, slots):
+    """Domains flooding one node get slot-seconds within 3 points of their quotas, all slots busy."""
+    s = LocalScheduler(slots)
     s.set_quotas(quotas)
     sim = Sim(s)
     flood(sim, durations, rng=random.Random(seed) if seed is not None else None)
     sim.run(until=4000.0)
     used = sim.slot_seconds(600.0, 4000.0)
     total = sum(used.values())
-    assert total == pytest.approx(4 * 3400.0)
+    assert total == pytest.approx(slots * 3400.0)
     for d, q in quotas.items():
         assert abs(used[d] / total - q) < 0.03, (d, used[d] / total, q)
     assert sim.full_whenever_waiting
+
+
+def test_a_quota_counts_as_at_least_one_slot():
+    """0.5/0.3/0.2 on 4 slots: c's 0.2 counts as one slot (0.25), so it gets its slot, a and b share the rest."""
+    s = LocalScheduler(4)
+    s.set_quotas({"a": 0.5, "b": 0.3, "c": 0.2})
+    sim = Sim(s)
+    flood(sim, {"a": 2.0, "b": 1.0, "c": 4.0}, rng=random.Random(2))
+    sim.run(until=4000.0)
+    used = sim.slot_seconds(600.0, 4000.0)
+    total = sum(used.values())
+    assert abs(used["c"] / total - 0.25) < 0.03 and used["a"] > used["b"] > used["c"]
+    s.resize(10)  # a slot is now a tenth: c is held to its 0.2 again
+    sim.run(until=8000.0)
+    used = sim.slot_seconds(5000.0, 8000.0)
+    assert abs(used["c"] / sum(used.values()) - 0.2) < 0.03
 
 
 def test_work_conserving_when_only_one_quota_domain_has_work():
@@ -184,18 +200,21 @@ def test_work_conserving_when_only_one_quota_domain_has_work():
 
 
 def test_an_idle_domain_over_quota_comes_back_once_the_others_caught_up():
-    """No decay (horizon inf): b used 10 of 10 slot-s; with quota 0.5 its next job waits until a used 10 more."""
-    s = LocalScheduler(1, horizon_s=math.inf)
-    s.set_quotas({"a": 0.5, "b": 0.5})
+    """No decay: b used 100 slot-s alone; with quota 0.2 its urgent job waits until the total reaches 500."""
+    s = LocalScheduler(10, horizon_s=math.inf, default_s=1.0)
+    s.set_quotas({"a": 0.8, "b": 0.2})
     sim = Sim(s)
-    sim.submit(0.0, "b", 10.0, "b1")
-    sim.submit(1.0, "b", 1.0, "b2")  # key 2: lower than every a job's (2.5)
-    for i in range(30):
-        sim.submit(1.5, "a", 1.0, f"a{i}")
+    for i in range(100):  # t = 0..9: ten at a time
+        sim.submit(0.0, "b", 1.0, f"b{i}")
+    for i in range(600):
+        sim.submit(10.0, "a", 1.0, f"a{i}")
+    sim.submit(10.5, "b", 1.0, "urgent", priority=5)  # its key is far below every a job's
     sim.run()
-    # after b1 (usage b 10, total 10) a runs alone; a's 10th start brings the total to 20 = b's 10 / 0.5
-    assert sim.order()[:13] == ["b1", *(f"a{i}" for i in range(10)), "b2", "a10"]
-    assert sim.started[11].started == 20.0
+    # from t=10, a takes all ten slots, 10 slot-s a second: the total (100 + 10 per start) first
+    # covers b's 100 / 0.2 = 500 at the first start of t=50
+    urgent = next(j for j in sim.started if j.payload[0] == "urgent")
+    assert urgent.started == 50.0 and sim.full_whenever_waiting
+    assert [j.payload[0] for j in sim.started if j.started == 50.0][0] == "urgent"
 
 
 def test_zero_quota_domain_runs_only_when_nothing_else_waits():
