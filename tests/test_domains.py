@@ -116,3 +116,18 @@ def test_plugins_named_in_the_config_are_imported(tmp_path, monkeypatch):
     assert [t.domain for t in pool.next_tasks(2)] == ["mine", "mine"]
     with pytest.raises(UserError, match="tasks.plugins: cannot import 'nosuchmodule'"):
         TaskPool(TasksConfig(weights={"mine": 1.0}, plugins=("nosuchmodule",)))
+
+
+@pytest.mark.parametrize("definition, message", [
+    ("make=lambda rng: Task(id='', domain='badlv', prompt='p', answer='a'), levels=0", "levels must be an integer >= 1"),
+    ("make=lambda rng: Task(id='', domain='badlv', prompt='p', answer='a'), levels=3", "make must take \\(rng, level\\)"),
+    ("load=lambda split: [], levels=2", "> 1 only for a generator"),
+])
+def test_a_plugin_domain_with_bad_levels_is_an_error_naming_it(tmp_path, monkeypatch, definition, message):
+    module = f"badlevels_{abs(hash(definition))}"
+    (tmp_path / f"{module}.py").write_text(
+        "from tempering.tasks import Domain\nfrom tempering.tasks.checks import exact_answer\n"
+        f"from tempering.records import Task\nDOMAIN = Domain('badlv', 'a bad one', exact_answer, {definition})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError, match=f"tasks.plugins: {module}: domain badlv: .*{message}"):
+        TaskPool(TasksConfig(weights={"badlv": 1.0}, plugins=(module,)))

@@ -23,6 +23,7 @@ look up domains: `tempering.tasks.registry` does.
 
 from __future__ import annotations
 
+import inspect
 import random
 import re
 from dataclasses import dataclass, field
@@ -33,6 +34,17 @@ from tempering.records import Task
 if TYPE_CHECKING:  # the reward package looks domains up: importing it here would be a cycle
     from tempering.reward.rubrics import JudgeItem
     from tempering.reward.verdict import Verifier, VerifierContext
+
+def _accepts(fn: Callable, n: int) -> bool:
+    """Whether `fn` can be called with `n` positional arguments."""
+    try:
+        inspect.signature(fn).bind(*[None] * n)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): let the call decide
+        return True
+    return True
+
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]*(/[a-z0-9][a-z0-9_.-]*)?")
 SPLITS = ("train", "heldout")
@@ -67,6 +79,8 @@ class Domain:
         if type(self.levels) is not int or self.levels < 1 or (self.levels > 1 and self.make is None):
             raise ValueError(f"domain {self.name}: levels must be an integer >= 1, and > 1 only for a generator; "
                              f"got {self.levels!r}")
+        if self.levels > 1 and not _accepts(self.make, 2):
+            raise ValueError(f"domain {self.name}: it has {self.levels} levels, so make must take (rng, level)")
 
     def generate(self, rng: random.Random, level: int | None = None) -> Task:
         """A fresh task at `level` (None: the top level, the one evaluated)."""

@@ -58,6 +58,10 @@ def load_plugins(modules: Sequence[str] = ()) -> None:
                 module = importlib.import_module(name)
             except ImportError as e:
                 raise UserError(f"tasks.plugins: cannot import {name!r}: {e}") from None
+            except ValueError as e:  # a Domain it defines is invalid (its name, make/load, levels)
+                if name in BUILTIN:
+                    raise
+                raise UserError(f"tasks.plugins: {name}: {e}") from None
             register(_offered(module, name), name)
             _loaded.add(name)
     if ENTRY_POINTS in _loaded:
