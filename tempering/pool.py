@@ -8,7 +8,10 @@ training tasks are drawn without replacement, in a fresh shuffled order each epo
 with difficulty levels is drawn at the level asked for; held-out tasks are of its top level, SFT
 examples of every level. Plugins (`tasks.plugins`) are loaded first, in every process that
 builds a pool. Which domain is drawn next, and at which level, is the global scheduler's
-decision (`tempering.scheduler.global_`, which owns the pool); the pool only draws.
+decision (`tempering.scheduler.global_`, which owns the pool); the pool only draws. A training
+draw is a `TaskDraw`: a dataset's task is chosen at once, a generator's is made from the draw's
+seed by whoever calls `make` (the rollout worker), since generating a task can cost more than
+the trainer's step on it and belongs where the episodes run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
+from dataclasses import dataclass
 
 from tempering.config import TasksConfig
 from tempering.errors import UserError
@@ -37,6 +41,32 @@ def is_heldout(task: Task) -> bool:
 
 def with_id(task: Task) -> Task:
     return task if task.id else dataclasses.replace(task, id=f"{task.domain}-{_digest(task)[:12]}")
+
+
+@dataclass(frozen=True)
+class TaskDraw:
+    """A training task chosen: `task` itself (a dataset's), or how to make it (a generator's
+    domain, level and seed; `make` gives the same task in any process)."""
+
+    domain: str
+    level: int | None = None
+    seed: int = 0
+    task: Task | None = None
+
+    def make(self) -> Task:
+        if self.task is not None:
+            return self.task
+        return _draw(get_domain(self.domain), random.Random(self.seed), heldout=False, level=self.level)
+
+
+def _draw(domain: Domain, rng: random.Random, heldout: bool, level: int | None = None) -> Task:
+    for _ in range(1000):
+        task = domain.generate(rng, level)
+        if is_heldout(task) == heldout:
+            return with_id(task)
+    raise UserError(f"domain {domain.name}: 1000 draws gave no {'held-out' if heldout else 'training'} task (1 "
+                    "task in 10, by its hash, is held out): its tasks are too few or all alike; give it more "
+                    "variety, or make it a dataset with its own split")
 
 
 class TaskPool:
@@ -92,23 +122,20 @@ class TaskPool:
 
     def next_task(self, name: str, level: int | None = None) -> Task:
         """A training task of domain `name` (at `level`; None: its top level)."""
+        return self.next_draw(name, level).make()
+
+    def next_draw(self, name: str, level: int | None = None) -> TaskDraw:
+        """The next training task of domain `name` (at `level`), made or to be made."""
         domain = self.domains[name]
         if not domain.is_dataset:
-            return self._draw(self.rng, name, heldout=False, level=level)
+            return TaskDraw(name, level, self.rng.getrandbits(63))
         if not self._orders.get(name):  # a new epoch: every training task once more, in a new order
             tasks = list(domain.load("train"))
             if not tasks:
                 raise RuntimeError(f"domain {name}: its training split is empty")
             self.rng.shuffle(tasks)
             self._orders[name] = tasks
-        return with_id(self._orders[name].pop())
+        return TaskDraw(name, task=with_id(self._orders[name].pop()))
 
     def _draw(self, rng: random.Random, name: str, heldout: bool, level: int | None = None) -> Task:
-        domain = self.domains[name]
-        for _ in range(1000):
-            task = domain.generate(rng, level)
-            if is_heldout(task) == heldout:
-                return with_id(task)
-        raise UserError(f"domain {name}: 1000 draws gave no {'held-out' if heldout else 'training'} task (1 task "
-                        "in 10, by its hash, is held out): its tasks are too few or all alike; give it more "
-                        "variety, or make it a dataset with its own split")
+        return _draw(self.domains[name], rng, heldout, level)

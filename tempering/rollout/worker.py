@@ -140,7 +140,8 @@ class Worker:
             if isinstance(msg, GroupOrder):
                 self.orders[msg.id] = (msg, self.engine.version)
                 r = self.spec.rollout
-                self.runner.start(msg.task, r.samples_per_task, self.params, r.max_tokens, ("train", msg.batch, msg.id))
+                task = msg.task.make()  # a generator's task is made here, beside the episodes
+                self.runner.start(task, r.samples_per_task, self.params, r.max_tokens, ("train", msg.batch, msg.id))
             elif isinstance(msg, NodePolicy):
                 if self.node is not None:
                     self.node.set_policy(msg.quotas, msg.priorities)

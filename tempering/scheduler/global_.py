@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from tempering.config import ConfigError, SchedulerConfig, TasksConfig
-from tempering.pool import TaskPool
-from tempering.records import Task
+from tempering.pool import TaskDraw, TaskPool
 from tempering.scheduler.curriculum import Curriculum
 from tempering.tasks.registry import matching
 
@@ -39,11 +38,12 @@ _RENORM = 1e100
 
 @dataclass(frozen=True)
 class GroupOrder:
-    """One group to run: `n` samples of `task`, for rollout batch `batch`, on `replica`."""
+    """One group to run: samples of `task` (made where it runs), for rollout batch `batch`, on
+    `replica`."""
 
     id: int
     batch: int
-    task: Task
+    task: TaskDraw
     replica: str
     priority: int
     level: int
@@ -193,7 +193,7 @@ class GlobalScheduler:
         """One group: the domain fairness picks, a task at its level, the least-loaded replica."""
         name = self.pick()
         level = self.curriculum.level(name)
-        task = self.pool.next_task(name, level if self.pool.domains[name].levels > 1 else None)
+        task = self.pool.next_draw(name, level if self.pool.domains[name].levels > 1 else None)
         tokens, sandbox_s = self.cost[name]
         self._charge(name, tokens, sandbox_s, 1.0)
         self._orders_made += 1

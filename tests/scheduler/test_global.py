@@ -220,7 +220,7 @@ def test_curriculum_moves_arithmetic_up_its_levels():
     s = make({"arithmetic": 1.0}, groups=1, window=4, promote_at=0.75)
     for _ in range(3):
         o = _next(s, (1.0, 1.0))
-        assert o.level == 0 and re.fullmatch(r"\d\+\d=", o.task.prompt), o.task.prompt
+        assert o.level == 0 and re.fullmatch(r"\d\+\d=", o.task.make().prompt), o.task.make().prompt
         assert s.curriculum.level("arithmetic") == 0  # the window is not full yet
     _next(s, (1.0, 1.0))
     assert s.curriculum.level("arithmetic") == 1 and s.metrics()["level"]["arithmetic"] == 1.0
@@ -228,14 +228,14 @@ def test_curriculum_moves_arithmetic_up_its_levels():
     prompts = []
     for passed in (0.5, 0.5, 0.5, 0.5, 1.0):  # window means 0.5, then 0.625: < 0.75
         o = _next(s, (passed, passed))
-        prompts.append(o.task.prompt)
+        prompts.append(o.task.make().prompt)
         assert o.level == 1 and s.curriculum.level("arithmetic") == 1
     _next(s, (1.0, 1.0))  # [0.5, 0.5, 1, 1] -> 0.75
     assert s.curriculum.level("arithmetic") == 2
     top = [_next(s, (1.0, 1.0)) for _ in range(40)]
     assert s.curriculum.level("arithmetic") == 2 and {o.level for o in top} == {2}
     assert all(re.fullmatch(r"\d{1,2}\+\d{1,2}=", p) for p in prompts)
-    assert any("-" in o.task.prompt for o in top)
+    assert any("-" in o.task.make().prompt for o in top)
 
 
 def test_without_curriculum_training_and_heldout_draw_the_top_level():
@@ -243,7 +243,7 @@ def test_without_curriculum_training_and_heldout_draw_the_top_level():
     on = make({"arithmetic": 1.0}, groups=1, window=4)
     off = make({"arithmetic": 1.0}, groups=1, window=4, curriculum=False)
     orders = [_next(off, (1.0, 1.0)) for _ in range(40)]
-    assert {o.level for o in orders} == {2} and any("-" in o.task.prompt for o in orders)
+    assert {o.level for o in orders} == {2} and any("-" in o.task.make().prompt for o in orders)
     off.load_state_dict(json.loads(json.dumps(on.state_dict())))
     assert off.curriculum.level("arithmetic") == 2 and _next(off).level == 2
     assert _next(on).level == 0
@@ -335,3 +335,16 @@ def test_node_policy_quotas_are_the_sandbox_domains_weight_shares():
     assert quotas == pytest.approx({"zsched/box": 1 / 1.3, "zsched/box2": 0.3 / 1.3})
     assert sum(quotas.values()) == pytest.approx(1.0)
     assert make({"zsched/lite": 1.0}).node_policy().quotas == {}
+
+
+def test_a_generator_draw_is_made_where_it_runs_the_same_every_time():
+    """Orders carry a seed, not a task: made after a pickle round trip (as the worker does) it is the same training task."""
+    import pickle
+
+    from tempering.pool import is_heldout
+
+    s = make({"arithmetic": 1.0}, groups=8, curriculum=False)
+    for o in s.admit(0):
+        assert o.task.task is None and o.task.level == 2
+        task = pickle.loads(pickle.dumps(o.task)).make()
+        assert task == o.task.make() and not is_heldout(task)
