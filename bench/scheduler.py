@@ -116,7 +116,7 @@ class Tempering(Policy):
         tokens = sum(p.tokens for p in profs) / len(profs) * args.samples
         # max_staleness 0 and an unbounded buffer: `admit(next_batch)` admits exactly one batch
         self.gs = GlobalScheduler(tasks, cfg, args.groups_per_batch, 0, 1 << 30, tokens_per_group=tokens,
-                                  trainer_groups_per_s=math.inf)  # no trainer here: groups cost only their jobs
+                                  group_rate=math.inf)  # no trainer here: groups cost only their jobs
         for r in range(args.replicas):
             self.gs.add_replica(f"engine-{r}", args.tokens_per_s)
         for n in range(args.nodes):

@@ -5,7 +5,10 @@ replica (and, when a domain runs code, a sandbox node with the backend's slots),
 the groups the scheduler admits: at start, after every publish of new weights (the staleness
 bound moves) and after every batch the trainer takes (the buffer has room). Scored groups come
 back one by one; each is reported to the scheduler (usage, pass rates, curriculum) and filed in
-its batch, and `next_batch` returns batches in order once complete. It asks the worker for
+its batch, and `next_batch` returns batches in order once complete. It tells the scheduler the
+throughputs its fairness normalises by, as measured: the engine's tokens per second of
+generation and the groups per second the trainer takes (a batch's groups over the wall time
+since the previous batch, evaluations left out). It asks the worker for
 held-out evaluations too (on the worker's engine and sandbox: the trainer process builds
 neither). Every wait has the run's stall deadline and names the worker; a worker that raised or
 died surfaces at the next wait.
@@ -84,8 +87,6 @@ class RolloutService:
 
     def next_batch(self, stop: Any) -> RolloutBatch | None:
         """The next batch, in order; None if `stop` was set while waiting."""
-        if self._handed is not None:  # the trainer worked on the previous batch since then
-            self.scheduler.measured_trainer(self.scheduler.groups_per_batch / (time.perf_counter() - self._handed))
         self._dispatch()
         while not self._complete(self._next):
             done: GroupDone | None = self.groups.get(self.timeout, "rollout worker", [self.worker], stop)
@@ -95,8 +96,11 @@ class RolloutService:
         batch = self._assemble(self._next)
         self.scheduler.consumed(self._next)
         self._next += 1
+        now = time.perf_counter()
+        if self._handed is not None:  # the wall time of one batch: the rate the trainer takes groups at
+            self.scheduler.measured_group_rate(self.scheduler.groups_per_batch / max(now - self._handed, 1e-6))
+        self._handed = now
         self._dispatch()
-        self._handed = time.perf_counter()
         return batch
 
     def evaluate(self, label: str) -> EvalResult:

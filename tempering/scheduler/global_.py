@@ -5,8 +5,8 @@ b - max_staleness is published) and applies backpressure (no new batch while `qu
 complete batches wait for the trainer). Each group of an admitted batch goes to the domain
 with the lowest weighted dominant share: a domain's usage of each resource (generated tokens,
 as seconds of the engine replicas' throughput; sandbox seconds, as seconds of all the nodes'
-slots; groups, as seconds of the trainer's throughput, since every group takes its place in a
-batch however little it cost to generate) is charged with the domain's expected cost when the
+slots; groups, as seconds of the rate at which the trainer takes them, since every group takes
+a place in a batch however little it cost to generate) is charged with the domain's expected cost when the
 group starts and corrected by what it used when it ends, decays over `horizon` groups, and the
 largest of the three, divided by the domain's weight, is what fairness equalises (dominant
 resource fairness). So `tasks.weights` are shares of the resources, and a domain whose groups
@@ -86,7 +86,7 @@ class GlobalScheduler:
     def __init__(self, tasks: TasksConfig, cfg: SchedulerConfig, groups_per_batch: int, max_staleness: int,
                  queue_size: int, first_batch: int = 0, last_batch: int | None = None,
                  tokens_per_group: float = 64.0, pool: TaskPool | None = None,
-                 trainer_groups_per_s: float = 50.0):
+                 group_rate: float = 50.0):
         self.cfg = cfg
         self.pool = pool if pool is not None else TaskPool(tasks, seed_offset=first_batch)
         names = list(self.pool.weights)
@@ -98,7 +98,7 @@ class GlobalScheduler:
         self.next_batch, self.last_batch = first_batch, last_batch
         self.sandboxed = {n for n in names if self.pool.domains[n].sandbox}
         self.replicas: dict[str, float] = {}  # name -> tokens per second it generates
-        self.trainer_groups_per_s = trainer_groups_per_s  # groups the trainer takes per second of its work
+        self.group_rate = group_rate  # groups per second the trainer takes (its batches' places)
         self.nodes: dict[str, int] = {}  # name -> sandbox slots
         self.inflight: dict[int, GroupOrder] = {}
         self._load: Counter = Counter()  # replica -> expected tokens in flight
@@ -111,6 +111,7 @@ class GlobalScheduler:
         self.cost = {n: [tokens_per_group, 1.0 if n in self.sandboxed else 0.0] for n in names}
         # tokens, sandbox seconds, groups: decayed, in growing units (see _growth)
         self.usage = {n: [0.0, 0.0, 0.0] for n in names}
+        self._learned: set[str] = set()  # domains whose cost comes from a finished group
         self._orders_made = 0
         self._offset = 0  # orders made at the last renormalisation (growth is 1 there)
         self._heap: list = []
@@ -134,11 +135,11 @@ class GlobalScheduler:
             self.replicas[name] = 0.8 * self.replicas[name] + 0.2 * tokens_per_s
             self._rebuild()
 
-    def measured_trainer(self, groups_per_s: float) -> None:
-        """The trainer's measured throughput (groups per second of its own work), averaged into
-        what the groups resource is normalised by."""
+    def measured_group_rate(self, groups_per_s: float) -> None:
+        """The groups per second the trainer took (a batch's groups over the wall time since the
+        previous batch), averaged into what the groups resource is normalised by."""
         if groups_per_s > 0:
-            self.trainer_groups_per_s = 0.8 * self.trainer_groups_per_s + 0.2 * groups_per_s
+            self.group_rate = 0.8 * self.group_rate + 0.2 * groups_per_s
             self._rebuild()
 
     def remove_replica(self, name: str) -> list[GroupOrder]:
@@ -218,7 +219,11 @@ class GlobalScheduler:
         self._load[order.replica] -= tokens
         self._charge(name, report.tokens - tokens, report.sandbox_s - sandbox_s)
         cost = self.cost[name]
-        self.cost[name] = [0.8 * cost[0] + 0.2 * report.tokens, 0.8 * cost[1] + 0.2 * report.sandbox_s]
+        if name in self._learned:
+            self.cost[name] = [0.8 * cost[0] + 0.2 * report.tokens, 0.8 * cost[1] + 0.2 * report.sandbox_s]
+        else:  # the first group replaces the prior: a terminal task's minute should not look like a second
+            self.cost[name] = [float(report.tokens), float(report.sandbox_s)]
+            self._learned.add(name)
         self.curriculum.record(name, report.outcomes, report.rewards)
         if self.cfg.adaptive:
             self._policy = None  # the weights, so the quotas, may have moved
@@ -297,7 +302,7 @@ class GlobalScheduler:
         tokens_per_s = sum(self.replicas.values()) or 1.0
         slots = sum(self.nodes.values()) or 1
         u = self.usage[name]
-        return max(u[0] / tokens_per_s, u[1] / slots, u[2] / self.trainer_groups_per_s)
+        return max(u[0] / tokens_per_s, u[1] / slots, u[2] / self.group_rate)
 
     def _push(self, name: str) -> None:
         self._stamp[name] += 1

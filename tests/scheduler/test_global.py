@@ -110,13 +110,13 @@ def test_weighted_drf_reaches_target_dominant_shares():
 
 
 def test_a_group_that_costs_nothing_to_generate_still_takes_trainer_capacity():
-    """Groups of 0 tokens (a prompt past the context) cost 1/50 s of trainer each, others 0.1 s of engine: 5:1, not all."""
+    """Groups of 0 tokens (a prompt past the context) cost 1/50 s of the trainer's intake, others 0.1 s of engine: 5:1, not all."""
     s = make({"zsched/free": 1.0, "zsched/lite": 1.0}, groups=6)
-    assert s.trainer_groups_per_s == 50.0
+    assert s.group_rate == 50.0
     counts = Counter(o.task.domain for o in drive(s, 100))
     assert counts["zsched/free"] == pytest.approx(500, abs=2) and counts["zsched/lite"] == pytest.approx(100, abs=2)
-    s.measured_trainer(10.0)  # a slower trainer (50 -> 42 groups/s): a free group costs more of it
-    assert s.trainer_groups_per_s == pytest.approx(42.0)
+    s.measured_group_rate(10.0)  # a slower trainer (50 -> 42 groups/s): a free group costs more of it
+    assert s.group_rate == pytest.approx(42.0)
 
 
 def test_usage_and_replica_load_are_what_groups_used():
@@ -348,3 +348,14 @@ def test_a_generator_draw_is_made_where_it_runs_the_same_every_time():
         assert o.task.task is None and o.task.level == 2
         task = pickle.loads(pickle.dumps(o.task)).make()
         assert task == o.task.make() and not is_heldout(task)
+
+
+def test_a_domains_first_group_replaces_the_cost_prior_then_costs_average():
+    """Prior 1 s of sandbox; the first group used 8 s: 8 at once (not 2.4); a later one of 3 s: 0.8*8 + 0.2*3 = 7."""
+    s = make({"zsched/box": 1.0}, groups=1)
+    assert s.cost["zsched/box"][1] == 1.0
+    report(s, s.admit(0)[0])
+    assert s.cost["zsched/box"] == [100.0, 8.0]
+    s.consumed(0)
+    s.complete(GroupReport(s.admit(1)[0].id, 100, 3.0, (1.0,), (1.0,)))
+    assert s.cost["zsched/box"][1] == pytest.approx(7.0)
