@@ -112,6 +112,7 @@ class GlobalScheduler:
         # tokens, sandbox seconds, groups: decayed, in growing units (see _growth)
         self.usage = {n: [0.0, 0.0, 0.0] for n in names}
         self._learned: set[str] = set()  # domains whose cost comes from a finished group
+        self._flying: Counter = Counter()  # domain -> its groups ordered and not yet finished
         self._orders_made = 0
         self._offset = 0  # orders made at the last renormalisation (growth is 1 there)
         self._heap: list = []
@@ -197,23 +198,37 @@ class GlobalScheduler:
         task = self.pool.next_draw(name, level if self.pool.domains[name].levels > 1 else None)
         tokens, sandbox_s = self.cost[name]
         self._charge(name, tokens, sandbox_s, 1.0)
+        self._flying[name] += 1
         self._orders_made += 1
         order = GroupOrder(next(self._ids), batch, task, "", self.priorities[name], level)
         self._charged[order.id] = (tokens, sandbox_s)
         return self._place(order)
 
     def pick(self) -> str:
-        """The domain with the lowest dominant share per unit of weight."""
-        while True:
-            key, _, stamp, name = self._heap[0]
-            if self._stamp[name] == stamp:
-                return name
-            heapq.heappop(self._heap)
+        """The domain with the lowest dominant share per unit of weight, passing over domains
+        whose first group is still running: until it ends their cost is a guess, and a terminal
+        task's minute charged as a second would let them take far more than their share. If every
+        domain is waiting for its first group, the lowest goes anyway."""
+        passed: list = []
+        try:
+            while self._heap:
+                _, _, stamp, name = self._heap[0]
+                if self._stamp[name] != stamp:
+                    heapq.heappop(self._heap)
+                elif name in self._learned or not self._flying[name]:
+                    return name
+                else:
+                    passed.append(heapq.heappop(self._heap))
+            return passed[0][3]
+        finally:
+            for entry in passed:
+                heapq.heappush(self._heap, entry)
 
     def complete(self, report: GroupReport) -> GroupOrder:
         """A group ended: correct its domain's usage, learn its costs, feed the curriculum."""
         order = self.inflight.pop(report.order)
         name = order.task.domain
+        self._flying[name] -= 1
         # take back what its start charged (the cost estimate may have moved since), charge what it used
         tokens, sandbox_s = self._charged.pop(order.id)
         self._load[order.replica] -= tokens
@@ -258,7 +273,7 @@ class GlobalScheduler:
 
     def state_dict(self) -> dict[str, Any]:
         g = self._growth()
-        return {"curriculum": self.curriculum.state_dict(), "cost": self.cost,
+        return {"curriculum": self.curriculum.state_dict(), "cost": self.cost, "learned": sorted(self._learned),
                 "usage": {n: [x / g for x in u] for n, u in self.usage.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -268,6 +283,7 @@ class GlobalScheduler:
             if name in state["usage"]:
                 self.usage[name] = [x * g for x in state["usage"][name]]
                 self.cost[name] = list(state["cost"][name])
+        self._learned = set(state["learned"]) & set(self.usage)
         self._rebuild()
 
     # -- internals -----------------------------------------------------------------------------------------

@@ -359,3 +359,16 @@ def test_a_domains_first_group_replaces_the_cost_prior_then_costs_average():
     s.consumed(0)
     s.complete(GroupReport(s.admit(1)[0].id, 100, 3.0, (1.0,), (1.0,)))
     assert s.cost["zsched/box"][1] == pytest.approx(7.0)
+
+
+def test_a_domain_has_one_group_in_flight_until_its_first_ends():
+    """box's cost is a guess until its first group ends: while it runs, lite (learned) takes every group."""
+    s = make({"zsched/box": 1.0, "zsched/lite": 1.0}, groups=2)
+    first = {o.task.domain: o for o in s.admit(0)}
+    assert set(first) == {"zsched/box", "zsched/lite"}
+    report(s, first["zsched/lite"])  # lite's cost is now known; box's group still runs
+    assert [o.task.domain for o in s.admit(1)] == ["zsched/lite", "zsched/lite"]
+    report(s, first["zsched/box"])  # 8 s of sandbox over 4 slots: box now waits for lite to catch up
+    assert "zsched/box" in s._learned and s._flying["zsched/box"] == 0
+    s = make({"zsched/box": 1.0}, groups=3)  # alone: nothing else to order, so it goes anyway
+    assert [o.task.domain for o in s.admit(0)] == ["zsched/box"] * 3
