@@ -188,11 +188,6 @@ class LocalScheduler:
         d = self._domains.get(domain)
         return d.expected_s if d is not None and d.expected_s is not None else self._guess()
 
-    def usage_shares(self) -> dict[str, float]:
-        """Each domain's share of the node's recent slot-seconds."""
-        total = sum(d.usage for d in self._domains.values())
-        return {n: d.usage / total for n, d in self._domains.items() if total > 0 and d.usage > 0}
-
     def report(self) -> NodeStats:
         """The queue now and the waits since the last report (which this resets)."""
         by_domain = {n: len(d.queue) for n, d in self._domains.items() if d.queue}
