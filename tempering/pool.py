@@ -116,7 +116,8 @@ class TaskPool:
             if d.is_dataset:
                 out += [with_id(t) for t in d.load("train")[: self.cfg.sft_per_domain]]
             else:
-                out += [self._draw(rng, name, heldout=False, level=rng.randrange(d.levels))
+                # a level only for domains that have them: others keep the draws they always had
+                out += [self._draw(rng, name, heldout=False, level=rng.randrange(d.levels) if d.levels > 1 else None)
                         for _ in range(self.cfg.sft_per_domain)]
         return [t for t in out if t.reference is not None]
 
