@@ -71,6 +71,23 @@ def test_weights_follow_each_aggregation_on_a_random_batch():
     assert not torch.allclose(get_loss("dapo").weighting(mask[:2], budget), expected["dapo"][:2])
 
 
+@pytest.mark.parametrize("name", ["grpo", "drgrpo", "dapo"])
+def test_micro_batch_losses_add_up_only_with_the_full_batch_weights(name):
+    """Split into micro-batches of 2 and 4 rows: weights sliced from the full batch give the
+    full-batch loss; weights computed per micro-batch (the bug this guards) give another."""
+    torch.manual_seed(1)
+    mask = (torch.rand(6, 5) > 0.3).float()
+    mask[:, 0] = 1.0
+    token_loss = torch.randn(6, 5)
+    spec, budget, parts = get_loss(name), 8, (slice(0, 2), slice(2, 6))
+    weights = spec.weighting(mask, budget)
+    full = (token_loss * weights).sum()
+    sliced = sum((token_loss[r] * weights[r]).sum() for r in parts)
+    per_micro = sum((token_loss[r] * spec.weighting(mask[r], budget)).sum() for r in parts)
+    assert sliced.item() == pytest.approx(full.item(), abs=1e-6)
+    assert abs(per_micro.item() - full.item()) > 1e-3
+
+
 def test_k3_kl_is_zero_at_equality_and_positive_otherwise():
     assert k3_kl(torch.tensor([-1.0]), torch.tensor([-1.0])).item() == 0
     assert k3_kl(torch.tensor([-1.0]), torch.tensor([-2.0])).item() == pytest.approx(math.exp(-1) + 1 - 1)
