@@ -372,3 +372,15 @@ def test_a_domain_has_one_group_in_flight_until_its_first_ends():
     assert "zsched/box" in s._learned and s._flying["zsched/box"] == 0
     s = make({"zsched/box": 1.0}, groups=3)  # alone: nothing else to order, so it goes anyway
     assert [o.task.domain for o in s.admit(0)] == ["zsched/box"] * 3
+
+
+def test_a_replicas_measured_throughput_rescales_token_shares():
+    """tok's 1000-token groups are 1 s of a 1000 tok/s replica; measured at 6000 (EMA: 2000) they are 0.5 s."""
+    s = make({"zsched/tok": 1.0, "zsched/box": 1.0}, groups=2)
+    drive(s, 1)
+    before = s._dominant("zsched/tok")
+    s.measured("r0", 6000.0)
+    assert s.replicas["r0"] == pytest.approx(2000.0)
+    assert s._dominant("zsched/tok") == pytest.approx(before / 2)
+    s.measured("gone", 5.0)  # a replica that left: ignored
+    assert "gone" not in s.replicas
