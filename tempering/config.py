@@ -357,10 +357,14 @@ class BufferConfig:
     # complete batches that may wait for the trainer; while they do, no new batch is admitted
     queue_size: int = 2
     drop_uniform_groups: bool = True  # groups whose rewards are all equal carry no GRPO signal
+    # DAPO's dynamic sampling: up to this many groups per batch whose rewards do not vary are
+    # replaced by newly drawn ones, so the batch keeps its size in groups with signal; 0 = off
+    dynamic_sampling: int = 0
 
     def __post_init__(self) -> None:
         _require(self.max_staleness >= 0, "buffer.max_staleness", "an integer >= 0", self.max_staleness)
         _require(self.queue_size > 0, "buffer.queue_size", "an integer > 0", self.queue_size)
+        _require(self.dynamic_sampling >= 0, "buffer.dynamic_sampling", "an integer >= 0", self.dynamic_sampling)
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,8 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         model, trainer_state, state = load_checkpoint(ckpt)
     scheduler = GlobalScheduler(cfg.tasks, cfg.scheduler, cfg.rollout.tasks_per_step, cfg.buffer.max_staleness,
                                 cfg.buffer.queue_size, first_batch=state["step"], last_batch=cfg.run.steps,
-                                tokens_per_group=cfg.rollout.samples_per_task * cfg.rollout.max_tokens / 2)
+                                tokens_per_group=cfg.rollout.samples_per_task * cfg.rollout.max_tokens / 2,
+                                refills=cfg.buffer.dynamic_sampling)
     if "scheduler" in state:  # pass rates, adaptive weights, levels and usage as the checkpoint left them
         scheduler.load_state_dict(state["scheduler"])
     pool = scheduler.pool
@@ -324,7 +325,8 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         **episode_record(rollout.groups),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
-        "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()}},
+        "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()},
+                    "refilled_groups": rollout.refilled},
         # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's
         # start-up (first step), checkpoint writes and held-out evaluations are timed apart.
         "seconds": seconds,

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,21 @@ def test_oversubscribed_threads_are_warned_about(tmp_path):
                        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"run.threads = {cores} in each of 2 processes asks for {2 * cores} threads on {cores} cores" in r.stderr
+
+
+def test_dynamic_sampling_redraws_groups_without_signal(tmp_path):
+    """DAPO's dynamic sampling end to end: a barely warmed-up model leaves many groups with equal
+    rewards; each is re-drawn (up to the cap per batch), every sample still gets one lineage row,
+    and what a step trains comes only from groups with signal."""
+    r = subprocess.run(cli(tmp_path, "--run.name=ds", "--run.steps=2", "--run.checkpoint_every=0",
+                           "--buffer.dynamic_sampling=6"), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "ds"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    refilled = [row["samples/refilled_groups"] for row in rows]
+    assert all(0 <= n <= 6 for n in refilled) and sum(refilled) > 0
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 * (4 * 2 + sum(refilled))  # 4 samples a group, 4 groups a step, plus the re-drawn
+    for step, row in enumerate(rows):
+        fates = Counter(s["fate"] for s in samples if s["step"] == step)
+        assert fates["uniform"] >= 4 * refilled[step] - fates["alone"] - fates["failed"]

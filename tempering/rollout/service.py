@@ -5,7 +5,9 @@ replica (and, when a domain runs code, a sandbox node with the backend's slots),
 the groups the scheduler admits: at start, after every publish of new weights (the staleness
 bound moves) and after every batch the trainer takes (the buffer has room). Scored groups come
 back one by one; each is reported to the scheduler (usage, pass rates, curriculum) and filed in
-its batch, and `next_batch` returns batches in order once complete. It tells the scheduler the
+its batch, and `next_batch` returns batches in order once complete (with dynamic sampling, a
+group without reward variance stays in its batch, for the buffer to drop, and the scheduler
+orders one more in its place). It tells the scheduler the
 throughputs its fairness normalises by, as measured: the engine's tokens per second of
 generation and the groups per second the trainer takes (a batch's groups over the wall time
 since the previous batch, evaluations left out). It asks the worker for
@@ -45,6 +47,7 @@ class RolloutBatch:
     # the runner's time since the previous batch: engine steps, and thread time (overlapping
     # them) opening workspaces, running tools and scoring
     runner_seconds: dict[str, float] = field(default_factory=dict)
+    refilled: int = 0  # groups re-drawn in place of ones whose rewards did not vary (dynamic sampling)
 
 
 @dataclass
@@ -63,7 +66,7 @@ class RolloutService:
         self.store = WeightStore(model, runtime.ctx)
         self.store.publish(model, version)
         # room for every group admission lets run at once, so the worker never waits to hand one back
-        room = scheduler.groups_per_batch * (scheduler.max_staleness + scheduler.queue_size + 2)
+        room = (scheduler.groups_per_batch + scheduler.refills) * (scheduler.max_staleness + scheduler.queue_size + 2)
         self.groups, self._requests, self._replies = runtime.queue(room), runtime.ctx.Queue(), runtime.queue(1)
         self._stop = runtime.event()
         self.worker = runtime.spawn("rollout", run_rollout_worker, spec, self.store, self.groups, self._requests,
@@ -93,6 +96,7 @@ class RolloutService:
             if done is None:
                 return None
             self._file(done)
+            self._dispatch()  # the groups re-drawn for ones without signal (buffer.dynamic_sampling)
         batch = self._assemble(self._next)
         self.scheduler.consumed(self._next)
         self._next += 1
@@ -152,7 +156,7 @@ class RolloutService:
         self._seconds = done.runner_seconds
 
     def _complete(self, b: int) -> bool:
-        return b in self._open and len(self._open[b].groups) == self.scheduler.groups_per_batch
+        return b in self._open and self.scheduler.is_complete(b)
 
     def _assemble(self, b: int) -> RolloutBatch:
         batch = self._open.pop(b)
@@ -166,7 +170,8 @@ class RolloutService:
             self.scheduler.measured(REPLICA, tokens / split["generate"])
         return RolloutBatch(b, min(v for _, _, v in batch.groups), groups, tokens,
                             time.perf_counter() - batch.dispatched, self.scheduler.metrics(),
-                            _node_record(batch) if batch.queued else {}, startup, split)
+                            _node_record(batch) if batch.queued else {}, startup, split,
+                            self.scheduler.refilled(b))
 
 
 def _node_record(batch: _Open) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class GlobalScheduler:
     def __init__(self, tasks: TasksConfig, cfg: SchedulerConfig, groups_per_batch: int, max_staleness: int,
                  queue_size: int, first_batch: int = 0, last_batch: int | None = None,
                  tokens_per_group: float = 64.0, pool: TaskPool | None = None,
-                 group_rate: float = 50.0):
+                 group_rate: float = 50.0, refills: int = 0):
         self.cfg = cfg
         self.pool = pool if pool is not None else TaskPool(tasks, seed_offset=first_batch)
         names = list(self.pool.weights)
@@ -105,6 +105,11 @@ class GlobalScheduler:
         self._homeless: list[GroupOrder] = []  # orders whose replica left while none remained
         self._done: Counter = Counter()  # batch -> groups finished
         self._ready: set[int] = set()  # complete batches the trainer has not taken
+        # DAPO's dynamic sampling: a group whose rewards do not vary teaches nothing, so up to
+        # `refills` groups per batch are re-drawn; the batch completes when all its orders end.
+        self.refills = refills
+        self._refilled: Counter = Counter()  # batch -> replacement groups ordered
+        self._replacements: list[GroupOrder] = []  # ordered by `complete`, handed out by `admit`
         self._ids = itertools.count()
         self._charged: dict[int, tuple[float, float]] = {}  # order -> (tokens, sandbox s) charged at its start
         # expected cost of one group, learned per domain: generated tokens, sandbox seconds
@@ -182,8 +187,8 @@ class GlobalScheduler:
     # -- admission ----------------------------------------------------------------------------------------
     def admit(self, version: int) -> list[GroupOrder]:
         """The groups of every batch the staleness bound and the buffer admit at `version`
-        (none without a replica)."""
-        out: list[GroupOrder] = []
+        (none without a replica), after the groups re-drawn since the last call."""
+        out, self._replacements = self._replacements, []
         while (self.replicas and (self.last_batch is None or self.next_batch < self.last_batch)
                and self.next_batch <= version + self.max_staleness and len(self._ready) < self.queue_size):
             batch = [self.order(self.next_batch) for _ in range(self.groups_per_batch)]
@@ -243,15 +248,30 @@ class GlobalScheduler:
         if self.cfg.adaptive:
             self._policy = None  # the weights, so the quotas, may have moved
         self._push(name)
+        if self._refilled[order.batch] < self.refills and not _has_signal(report.rewards):
+            self._refilled[order.batch] += 1  # this group's place goes to a new one
+            replacement = self.order(order.batch)
+            if replacement.replica:  # otherwise it waits with the homeless for a replica to join
+                self._replacements.append(replacement)
+            return order
         self._done[order.batch] += 1
         if self._done[order.batch] == self.groups_per_batch:
             self._ready.add(order.batch)
         return order
 
+    def is_complete(self, batch: int) -> bool:
+        """Every place of `batch` holds a finished group (and the trainer has not taken it)."""
+        return batch in self._ready
+
+    def refilled(self, batch: int) -> int:
+        """Groups of `batch` that were re-drawn because their rewards did not vary."""
+        return self._refilled[batch]
+
     def consumed(self, batch: int) -> None:
         """The trainer took `batch`: it no longer holds back admission."""
         self._ready.discard(batch)
         self._done.pop(batch, None)
+        self._refilled.pop(batch, None)
 
     # -- reports ----------------------------------------------------------------------------------------
     def shares(self) -> tuple[dict[str, float], dict[str, float]]:
@@ -333,3 +353,8 @@ class GlobalScheduler:
             self._push(name)
         if not self.usage:
             raise ConfigError("tasks.weights: no domain to schedule")
+
+
+def _has_signal(rewards: tuple[float, ...]) -> bool:
+    """Two scored samples that differ: a group-relative advantage is not zero everywhere."""
+    return len(rewards) >= 2 and max(rewards) != min(rewards)

@@ -384,3 +384,46 @@ def test_a_replicas_measured_throughput_rescales_token_shares():
     assert s._dominant("zsched/tok") == pytest.approx(before / 2)
     s.measured("gone", 5.0)  # a replica that left: ignored
     assert "gone" not in s.replicas
+
+
+UNIFORM = ((1.0, 1.0), (1.0, 1.0))  # every sample solved: no group-relative signal
+
+
+def test_dynamic_sampling_redraws_groups_without_signal_up_to_the_cap():
+    """Batch of 3 with a cap of 2: the first two uniform groups are each replaced by one new order
+    of the same batch; the third uniform group takes its place (the cap is spent); the batch is
+    complete exactly when its last order ends, and the next batch starts with a fresh cap."""
+    s = GlobalScheduler(TasksConfig(weights={"zsched/lite": 1.0}, eval_per_domain=64), SchedulerConfig(horizon=10**9),
+                        3, 0, 1, refills=2)
+    s.add_replica("r0", 1000.0)
+    a, b, c = s.admit(0)
+    report(s, a, UNIFORM)
+    (r1,) = s.admit(0)
+    assert r1.batch == 0 and r1.id not in (a.id, b.id, c.id)
+    report(s, b, ((1.0, 0.0), (0.5, 0.5)))  # rewards equal, outcomes not: still no signal
+    (r2,) = s.admit(0)
+    report(s, c, UNIFORM)  # cap spent: it keeps its place
+    assert s.admit(0) == [] and s.refilled(0) == 2
+    report(s, r1, SIGNAL)
+    assert not s.is_complete(0)
+    report(s, r2, ((0.0,), (0.0,)))  # one scored sample has no signal either, but the cap is spent
+    assert s.is_complete(0)
+    s.consumed(0)
+    assert s.refilled(0) == 0
+    first = s.admit(1)
+    report(s, first[0], UNIFORM)
+    assert [o.batch for o in s.admit(1)] == [1]
+
+
+def test_without_dynamic_sampling_uniform_groups_fill_their_places():
+    s = make({"zsched/lite": 1.0}, groups=2)
+    for o in s.admit(0):
+        report(s, o, UNIFORM)
+    assert s.is_complete(0) and s.admit(0) == [] and s.refilled(0) == 0
+
+
+def test_dynamic_sampling_is_checked_at_load(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[buffer]\ndynamic_sampling = -1\n")
+    with pytest.raises(ConfigError, match=r"buffer.dynamic_sampling: expected an integer >= 0, got -1"):
+        load_config(path)
