@@ -253,6 +253,10 @@ class RolloutConfig:
     # Qwen2.5/Hermes models), "compact" (`$tool argument`, for the demo's character model);
     # "auto" picks hermes when the tokenizer has a chat template
     tool_parser: Literal["auto", "hermes", "compact"] = "auto"
+    # true: new weights load as soon as they are published; running requests are recomputed
+    # under them (their earlier tokens keep their versions). false: no new request starts until
+    # the running ones finish under the weights they started with, then the weights load.
+    partial_rollouts: bool = True
 
     def __post_init__(self) -> None:
         _require_choices(self, "rollout")
@@ -262,6 +266,8 @@ class RolloutConfig:
                  self.temperature)
         _require(0 < self.top_p <= 1, "rollout.top_p", "a number in (0, 1]", self.top_p)
         _require(self.max_tokens > 0, "rollout.max_tokens", "an integer > 0", self.max_tokens)
+        _require(isinstance(self.partial_rollouts, bool), "rollout.partial_rollouts", "true or false",
+                 self.partial_rollouts)
 
 
 @dataclass(frozen=True)

@@ -97,9 +97,14 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             stats = run.trainer.rl_step(batch) if batch is not None else None
             run.state["step"] += 1
             run.state["version"] += 1
-            rollout.publish(run.model, run.state["version"])
+            published = rollout.publish(run.model, run.state["version"])
             timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds,
-                       **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()}}
+                       **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()},
+                       # weight sync: this publish, the worker's pulls and drains since the previous batch;
+                       # since the worker started: engine busy seconds (idle = 1 - busy/wall), versions loaded
+                       "weight_publish": published, "weight_pull": batch_in.sync.pull_s,
+                       "weight_drain": batch_in.sync.drain_s, "engine_busy": batch_in.engine_busy_s,
+                       "syncs": batch_in.sync_total.syncs}
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]

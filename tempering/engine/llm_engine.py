@@ -9,7 +9,11 @@ under new weights. A step schedules (scheduler.py), runs the model and samples
 are finished (EOS, stop tokens and strings, length) and builds the outputs.
 `load_weights(state, version)` swaps the policy in place and is the only way the version
 changes: no KV computed under an older version is reused afterwards (running sequences are
-recomputed, the prefix cache is salted by version).
+recomputed, the prefix cache is salted by version), and the tokens they already have keep their
+versions (partial rollouts). To let in-flight requests finish under the weights they started
+with instead, the caller holds admission (`hold_admission`), keeps stepping until `in_flight`
+is 0, then loads; the load ends the hold. When to load is the caller's choice
+(`weights.EngineSync`), not the engine's.
 """
 
 from __future__ import annotations
@@ -93,11 +97,23 @@ class LLM:
         unknown = sorted(set(state) - set(own))
         if unknown:
             raise ValueError(f"load_weights: unknown tensors {unknown[:5]}")
+        assert not (self.scheduler.hold and self.in_flight), "load_weights while a hold drains requests in flight"
         for name, tensor in state.items():
             own[name].copy_(tensor)
         self.scheduler.preempt_all()
         self.blocks.clear_cache()
         self._version = version
+        self.scheduler.hold = False
+
+    def hold_admission(self) -> None:
+        """Admit no sequence that has not started until the next `load_weights`; those in flight
+        (forks and sequences preempted for memory included) run to their end under these weights."""
+        self.scheduler.hold = True
+
+    @property
+    def in_flight(self) -> int:
+        """Sequences started and not finished; under a hold, new weights can load when it is 0."""
+        return self.scheduler.in_flight
 
     # -- requests -------------------------------------------------------------------------------
     def generate(self, prompts: Seq[str] | Seq[Seq[int]],
@@ -107,6 +123,8 @@ class LLM:
         plist = list(params) if isinstance(params, (list, tuple)) else [params] * len(prompts)
         if len(plist) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(plist)} SamplingParams")
+        if self.scheduler.hold:  # nothing would run after the requests in flight: a hang, not an answer
+            raise RuntimeError("generate: admission is held for a weight load; call load_weights first")
         ids = [self.check(p, sp) for p, sp in zip(prompts, plist)]  # all validated before any is queued
         rids = [self._queue(i, p, final_only=True) for i, p in zip(ids, plist)]
         done: dict[int, RequestOutput] = {}
@@ -162,12 +180,15 @@ class LLM:
 
     # -- the loop -------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One engine step. -> an output for each request that got a token in it (outputs.py)."""
+        """One engine step. -> an output for each request that got a token in it (outputs.py).
+        Under a hold with nothing in flight there is nothing to run until `load_weights`: -> []."""
         if not self.requests:
             return []
         start = time.perf_counter()
         scheduled = self.scheduler.schedule(self._version)
         if not scheduled.items:
+            if self.scheduler.hold and not self.in_flight:
+                return []
             raise RuntimeError("engine: requests are unfinished but nothing could be scheduled "
                                f"({self.blocks.num_available} free KV blocks)")
         tokens, logprobs = self.runner.run(scheduled)

@@ -16,6 +16,12 @@ goes to the model runner in `SchedulerOutput.copies`. A fork that finds no free 
 slot queues instead and gets the prompt from the prefix cache. After the step, `update` tells
 the block manager what was computed. The scheduler neither runs the model nor samples, and it
 does not decide when a sequence is finished: `finish` is told.
+
+`hold` stops admitting sequences that have not started, for a weight load that waits until the
+running requests finish (`rollout.partial_rollouts = false`): sequences in flight (admitted
+once, or forks of one that was) are still admitted, so forks and sequences preempted for memory
+finish under the weights they started with; `in_flight` says when none is left. It does not
+decide when to hold or load: the engine's caller does.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.forks: dict[Sequence, list[Sequence]] = {}  # a request's first sample -> the others
         self.preemptions = 0
+        self.hold = False  # admit only sequences in flight (a weight load waits for them)
+        # admitted once, with their forks, and not finished: what a hold lets finish
+        self.started: set[Sequence] = set()
 
     def add(self, seq: Sequence, front: bool = False, forks: list[Sequence] = ()) -> None:
         """Queue `seq`; `forks` (its siblings) wait until it has computed their shared prompt."""
@@ -60,17 +69,26 @@ class Scheduler:
     def batch_full(self) -> bool:
         return len(self.running) >= self.max_batch_size
 
+    @property
+    def in_flight(self) -> int:
+        """Sequences started and not finished (running, preempted, or forks waiting for a place)."""
+        return len(self.started)
+
     def admit(self, seq: Sequence) -> None:
         """Put `seq`, whose blocks are in place, into the running batch."""
         seq.status = Status.RUNNING
         self.running.append(seq)
+        self.started.add(seq)
+        self.started.update(self.forks.get(seq, ()))  # its request has started: its forks belong to it
 
     def finish(self, seq: Sequence) -> None:
         """`seq` is done (finished or aborted): out of the queues, its blocks released, its
         pending forks (abort) dropped."""
         if seq.status is Status.WAITING:
             self.waiting.remove(seq)
-        self.forks.pop(seq, None)
+        for child in self.forks.pop(seq, ()):
+            self.started.discard(child)
+        self.started.discard(seq)
         self.blocks.release(seq)
         seq.status = Status.FINISHED  # a running one leaves `running` at the next schedule
 
@@ -88,14 +106,17 @@ class Scheduler:
             items.append((seq, count))
             budget -= count
             i += 1
-        while self.waiting and budget > 0 and not self.batch_full:
-            seq = self.waiting[0]  # waiting sequences hold no blocks: they start from the prefix cache
-            self.blocks.match_prefix(seq, version)
+        while budget > 0 and not self.batch_full:
+            seq = self._next_waiting()
+            if seq is None:
+                break
+            self.blocks.match_prefix(seq, version)  # waiting sequences hold no blocks: they start from the prefix cache
             count = min(seq.pending, budget)
             if not self.blocks.ensure(seq, seq.num_computed + count):
                 self._undo(seq)
                 break
-            self.admit(self.waiting.popleft())
+            self.waiting.remove(seq)  # the head, unless a hold skipped sequences that have not started
+            self.admit(seq)
             items.append((seq, count))
             budget -= count
         # Decode items first, longest context first (the runner pads contexts in buckets of
@@ -108,6 +129,12 @@ class Scheduler:
                 if seq in self.forks:
                     self._fork(seq, seq.num_computed + count, k, out)
         return out
+
+    def _next_waiting(self) -> Sequence | None:
+        """The sequence to admit next: the queue's head, or under a hold the first in flight."""
+        if not self.hold:
+            return self.waiting[0] if self.waiting else None
+        return next((s for s in self.waiting if s in self.started), None)
 
     def _fork(self, parent: Sequence, upto: int, k: int, out: SchedulerOutput) -> None:
         # After the admission loop: a fork queued here must not be admitted before the prompt

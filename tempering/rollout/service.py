@@ -13,7 +13,8 @@ generation and the groups per second the trainer takes (a batch's groups over th
 since the previous batch, evaluations left out). It asks the worker for
 held-out evaluations too (on the worker's engine and sandbox: the trainer process builds
 neither). Every wait has the run's stall deadline and names the worker; a worker that raised or
-died surfaces at the next wait.
+died surfaces at the next wait. Each batch carries what weight loads cost the worker
+(`SyncStats`) and the engine's busy seconds; `publish` returns how long its copy took.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tempering.records import Group
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec, run_rollout_worker
 from tempering.runtime import LocalRuntime
 from tempering.scheduler.global_ import GlobalScheduler, NodePolicy
-from tempering.weights import WeightStore
+from tempering.weights import SyncStats, WeightStore
 
 REPLICA = "rollout-0"  # the embedded runtime's one engine replica, which is also its one sandbox node
 
@@ -48,6 +49,9 @@ class RolloutBatch:
     # them) opening workspaces, running tools and scoring
     runner_seconds: dict[str, float] = field(default_factory=dict)
     refilled: int = 0  # groups re-drawn in place of ones whose rewards did not vary (dynamic sampling)
+    sync: SyncStats = field(default_factory=SyncStats)  # the worker's weight loads since the previous batch
+    sync_total: SyncStats = field(default_factory=SyncStats)  # ... and since it started
+    engine_busy_s: float = 0.0  # wall time inside engine steps since the worker started (idle = 1 - busy/wall)
 
 
 @dataclass
@@ -76,6 +80,7 @@ class RolloutService:
         self._policy: NodePolicy | None = None
         self._reported: dict[str, float] = {}
         self._seconds: dict[str, float] = {}
+        self._sync, self._sync_reported = SyncStats(), SyncStats()
         self._startup: float | None = None
         self._heldout = None
         self._handed: float | None = None  # when the last batch went to the trainer
@@ -84,9 +89,13 @@ class RolloutService:
             scheduler.add_node(REPLICA, spec.sandbox.workers)
         self._dispatch()
 
-    def publish(self, model: Decoder, version: int) -> None:
+    def publish(self, model: Decoder, version: int) -> float:
+        """Make `model`'s weights `version` for the worker. -> seconds the copy took."""
+        start = time.perf_counter()
         self.store.publish(model, version)
+        seconds = time.perf_counter() - start
         self._dispatch()
+        return seconds
 
     def next_batch(self, stop: Any) -> RolloutBatch | None:
         """The next batch, in order; None if `stop` was set while waiting."""
@@ -154,6 +163,7 @@ class RolloutService:
         if done.startup_s is not None:
             self._startup = done.startup_s
         self._seconds = done.runner_seconds
+        self._sync = done.sync
 
     def _complete(self, b: int) -> bool:
         return b in self._open and self.scheduler.is_complete(b)
@@ -164,6 +174,7 @@ class RolloutService:
         groups = [g for _, g, _ in batch.groups]
         split = {k: v - self._reported.get(k, 0.0) for k, v in self._seconds.items()}
         self._reported = self._seconds
+        sync, self._sync_reported = self._sync.minus(self._sync_reported), self._sync
         startup, self._startup = self._startup, None
         tokens = sum(t.num_model_tokens for g in groups for t in g.trajectories)
         if split.get("generate", 0.0) > 0:
@@ -171,7 +182,8 @@ class RolloutService:
         return RolloutBatch(b, min(v for _, _, v in batch.groups), groups, tokens,
                             time.perf_counter() - batch.dispatched, self.scheduler.metrics(),
                             _node_record(batch) if batch.queued else {}, startup, split,
-                            self.scheduler.refilled(b))
+                            self.scheduler.refilled(b), sync=sync, sync_total=self._sync,
+                            engine_busy_s=self._seconds.get("generate", 0.0))
 
 
 def _node_record(batch: _Open) -> dict[str, Any]:

@@ -6,13 +6,18 @@ when a domain needs one (the backend behind its local scheduler, `scheduler.node
 service, and an `EpisodeRunner` over them. It draws no task and admits nothing itself: the
 trainer's side (`service.RolloutService`, with `scheduler.global_`) sends `GroupOrder`s, the
 node's `NodePolicy` and `EvalRequest`s through one queue, and takes `GroupDone`s back. New
-weights are loaded as soon as they are published: running requests are recomputed under them
-and keep the versions of the tokens they already have. Evaluation runs greedy episodes of the
-held-out tasks it is sent through the same runner, at the version the trainer asks for.
+weights are loaded between engine steps by `weights.EngineSync`: with `rollout.partial_rollouts`
+as soon as they are published (running requests are recomputed under them and keep the versions
+of the tokens they already have), without it once the requests in flight have finished under
+the weights they started with (no new request is admitted meanwhile). What the loads cost goes
+back with each group (`GroupDone.sync`). Evaluation runs greedy episodes of the held-out tasks
+it is sent through the same runner, at the version the trainer asks for (after a drain, if one
+is under way).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import time
 from dataclasses import dataclass
@@ -34,7 +39,7 @@ from tempering.scheduler.local import NodeStats
 from tempering.scheduler.node import NodeSandbox
 from tempering.tasks import load_plugins
 from tempering.tokenizer import load_tokenizer
-from tempering.weights import WeightStore
+from tempering.weights import EngineSync, SyncStats, WeightStore
 
 _POLL_S = 0.02  # longest the loop waits for thread work or a message when it has nothing to do
 
@@ -77,6 +82,7 @@ class GroupDone:
     version: int  # the engine's version when the group started
     report: GroupReport
     runner_seconds: dict[str, float]  # the runner's phases and the graders' calls, summed since it started
+    sync: SyncStats  # the engine's weight loads, summed since the worker started
     node: NodeStats | None  # the node's queue now and the waits since the previous report
     startup_s: float | None  # on the first: from the worker's spawn to ready to generate
 
@@ -116,12 +122,15 @@ class Worker:
                                      max_tokens=r.max_tokens)
         self.orders: dict[int, tuple[GroupOrder, int]] = {}  # order id -> (order, engine version at start)
         self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
+        self.sync = EngineSync(store, engine, r.partial_rollouts, spec.stall_timeout_s)
+        self.waiting_evals: list[EvalRequest] = []  # asked during a drain: they start at their version
         self.startup_s: float | None = time.monotonic() - spec.spawned_at
         self.heard = time.monotonic()  # the last message from the trainer's side (stall deadline)
 
     def run(self) -> None:
         while not self.stop.is_set():
-            self.store.pull(self.engine)
+            if self.sync.poll() and self.waiting_evals:
+                self._start_evals()
             self._take_requests(wait=0.0 if self.runner.busy else _POLL_S)
             if self.runner.busy:
                 for key, group in self.runner.poll(_POLL_S):
@@ -149,13 +158,20 @@ class Worker:
                 self._evaluate(msg)
 
     def _evaluate(self, req: EvalRequest) -> None:
-        self.store.pull(self.engine)
-        assert self.engine.version == req.version, (
-            f"evaluation of version {req.version} asked while version {self.engine.version} is loaded")
-        self.evals[req.label] = (req.tasks, [])
+        self.waiting_evals.append(req)
+        self.sync.poll()
+        if not self.sync.draining:
+            self._start_evals()
+
+    def _start_evals(self) -> None:
         greedy = SamplingParams(temperature=0.0, max_tokens=self.spec.eval_max_tokens)
-        for task in req.tasks:
-            self.runner.start(task, 1, greedy, self.spec.eval_max_tokens, ("eval", req.label))
+        for req in self.waiting_evals:
+            assert self.engine.version == req.version, (
+                f"evaluation of version {req.version} asked while version {self.engine.version} is loaded")
+            self.evals[req.label] = (req.tasks, [])
+            for task in req.tasks:
+                self.runner.start(task, 1, greedy, self.spec.eval_max_tokens, ("eval", req.label))
+        self.waiting_evals.clear()
 
     def _route(self, key: tuple, group: Group) -> None:
         if key[0] == "train":
@@ -177,7 +193,7 @@ class Worker:
                              self.node.take_seconds(group.task.id) if self.node is not None else 0.0,
                              tuple(r.outcome for r in scored), tuple(r.total for r in scored))
         seconds = {**self.runner.seconds, **self.runner.reward.seconds()}
-        done = GroupDone(order, group, version, report, seconds,
+        done = GroupDone(order, group, version, report, seconds, dataclasses.replace(self.sync.stats),
                          self.node.report() if self.node is not None else None, self.startup_s)
         self.startup_s = None
         # the trainer's side admits a bounded number of groups, so the queue has room for all of them
