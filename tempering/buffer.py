@@ -4,8 +4,12 @@ lineage store that records the fate of every sample.
 A sample is trained, or dropped with a reason: `stale` (its oldest model token is more than
 `max_staleness` versions behind the trainer), `failed` (its reward is an infrastructure failure),
 `uniform` (every surviving sample of its group scored the same, so no GRPO signal), or `alone`
-(the only survivor of its group). Every sample passes through `LineageStore.record` exactly once.
-Packing here is one right-padded row per sample; token-budget packing comes later.
+(the only survivor of its group, when the advantage is group-relative and so 0 for it). Every
+sample passes through `LineageStore.record` exactly once. Rewards are shaped first (DAPO's
+overlong penalty, recorded as the component `overlong`), then advantages are computed once over
+the whole batch of survivors (batch-normalised ones need every group). Packing here is one
+right-padded row per sample; token-budget packing comes later. Refilling uniform groups
+(dynamic sampling) is the rollout service's job, not this one's.
 """
 
 from __future__ import annotations
@@ -14,12 +18,13 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Sequence
 
 import torch
 
+from tempering.algorithms import AdvantageSpec, Overlong
 from tempering.config import BufferConfig
-from tempering.records import Batch, Group, Trajectory
+from tempering.records import Batch, Group, Reward, Trajectory
 
 DROP_REASONS = ("stale", "failed", "uniform", "alone")
 
@@ -62,25 +67,35 @@ class LineageStore:
 
 
 class Buffer:
-    def __init__(self, cfg: BufferConfig, advantage: Callable[[torch.Tensor], torch.Tensor],
-                 lineage: LineageStore, pad_id: int = 0):
+    def __init__(self, cfg: BufferConfig, advantage: AdvantageSpec, lineage: LineageStore, pad_id: int = 0,
+                 overlong: Overlong = Overlong()):
         self.cfg = cfg
         self.advantage = advantage
         self.lineage = lineage
         self.pad_id = pad_id
+        self.overlong = overlong
 
     def make_batch(self, groups: list[Group], version: int, step: int) -> tuple[Batch | None, list[Group], Accounting]:
         """Filter `groups` for a trainer at `version`; compute advantages; pack the survivors."""
         acct = Accounting()
         kept: list[Group] = []
         for g in groups:
-            survivor = self._filter(g, version, step, acct)
+            survivor = self._filter(self._shaped(g), version, step, acct)
             if survivor is not None:
                 kept.append(survivor)
         self.lineage.flush()
         if not kept:
             return None, [], acct
-        return self._pack(kept), kept, acct
+        self._advantages(kept)
+        return self._pack(kept, version), kept, acct
+
+    def _shaped(self, g: Group) -> Group:
+        """`g` with the overlong penalty added to each reward (failed rewards stay as they are)."""
+        if not self.overlong.active:
+            return g
+        penalties = self.overlong([t.num_model_tokens for t in g.trajectories], g.task.budget.max_tokens)
+        rewards = [r if r.failed else _with_penalty(r, p) for r, p in zip(g.rewards, penalties)]
+        return Group(task=g.task, trajectories=g.trajectories, rewards=rewards, advantages=g.advantages)
 
     def _filter(self, g: Group, version: int, step: int, acct: Accounting) -> Group | None:
         fates: dict[int, str] = {}
@@ -91,9 +106,9 @@ class Buffer:
                 fates[i] = "stale"
         alive = [i for i in range(len(g.trajectories)) if i not in fates]
         totals = [g.rewards[i].total for i in alive]
-        if len(alive) == 1:
+        if len(alive) == 1 and self.advantage.group_relative:
             fates[alive[0]] = "alone"
-        elif alive and self.cfg.drop_uniform_groups and max(totals) == min(totals):
+        elif len(alive) > 1 and self.cfg.drop_uniform_groups and max(totals) == min(totals):
             fates.update({i: "uniform" for i in alive})
         alive = [i for i in alive if i not in fates]
         for i in range(len(g.trajectories)):
@@ -105,24 +120,43 @@ class Buffer:
                 acct.dropped[fate] += 1
         if not alive:
             return None
-        rewards = torch.tensor([g.rewards[i].total for i in alive], dtype=torch.float32)
-        return Group(task=g.task, trajectories=[g.trajectories[i] for i in alive],
-                     rewards=[g.rewards[i] for i in alive], advantages=self.advantage(rewards).tolist())
+        return Group(task=g.task, trajectories=[g.trajectories[i] for i in alive], rewards=[g.rewards[i] for i in alive])
 
-    def _pack(self, groups: list[Group]) -> Batch:
+    def _advantages(self, groups: list[Group]) -> None:
+        """Fill each group's advantages, computed over all of them at once (0: the trainer's)."""
+        rewards = torch.tensor([r.total for g in groups for r in g.rewards], dtype=torch.float32)
+        group_ids = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.rewards])
+        fn = self.advantage.fn
+        adv = fn(rewards, group_ids).tolist() if fn is not None else [0.0] * len(rewards)
+        start = 0
+        for g in groups:
+            g.advantages = adv[start: start + len(g.rewards)]
+            start += len(g.rewards)
+
+    def _pack(self, groups: list[Group], version: int) -> Batch:
         rows = [(t, a, gi) for gi, g in enumerate(groups) for t, a in zip(g.trajectories, g.advantages)]
-        return pack(rows, self.pad_id)
+        return pack(rows, self.pad_id, [r.total for g in groups for r in g.rewards], version)
 
 
-def pack(rows: list[tuple[Trajectory, float, int]], pad_id: int) -> Batch:
-    """(trajectory, advantage, group index) rows -> one right-padded `Batch` row each."""
+def _with_penalty(r: Reward, penalty: float) -> Reward:
+    if penalty == 0:
+        return r
+    return Reward(components={**r.components, "overlong": penalty}, weights={**r.weights, "overlong": 1.0},
+                  total=r.total + penalty, failed=r.failed, reason=r.reason)
+
+
+def pack(rows: list[tuple[Trajectory, float, int]], pad_id: int, rewards: Sequence[float] = (),
+         version: int = -1) -> Batch:
+    """(trajectory, advantage, group index) rows -> one right-padded `Batch` row each; `rewards`
+    (one per row, default 0) and `version` are carried along for the trainer."""
     width = max(len(t.prompt_ids) + len(t.token_ids) for t, _, _ in rows)
     n = len(rows)
     batch = Batch(
         input_ids=torch.full((n, width), pad_id, dtype=torch.long),
         loss_mask=torch.zeros(n, width), old_logprobs=torch.zeros(n, width),
         advantages=torch.zeros(n, width), versions=torch.full((n, width), -1, dtype=torch.long),
-        seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long))
+        seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long),
+        rewards=torch.tensor(list(rewards) or [0.0] * n, dtype=torch.float32), version=version)
     for i, (t, adv, gi) in enumerate(rows):
         _fill_row(batch, i, t, adv)
         batch.group_ids[i] = gi

@@ -373,18 +373,61 @@ class BufferConfig:
         _require(self.dynamic_sampling >= 0, "buffer.dynamic_sampling", "an integer >= 0", self.dynamic_sampling)
 
 
+def _require_known(section: Any, name: str) -> None:
+    """Every `Literal[...]` field names a known algorithm part; the message lists the names."""
+    for key, tp in typing.get_type_hints(type(section)).items():
+        if typing.get_origin(tp) is Literal and getattr(section, key) not in typing.get_args(tp):
+            raise ConfigError(f"{name}.{key}: unknown {getattr(section, key)!r} "
+                              f"(known: {', '.join(sorted(typing.get_args(tp)))})")
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    advantage: str = "drgrpo"  # a name in tempering.algorithms.ADVANTAGES
-    loss: str = "drgrpo"  # a name in tempering.algorithms.LOSSES
-    clip_low: float = 0.2
+    """The RL algorithm. Names mirror the registries of tempering.algorithms (a test keeps them
+    equal); this module does not import them so that loading a config needs no torch."""
+
+    # per sample from rewards (group-relative: grpo, drgrpo, rloo, reinforce_pp_baseline; batch:
+    # reinforce_pp), or per token from a value model the trainer keeps (gae: PPO)
+    advantage: Literal["grpo", "drgrpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae"] = "drgrpo"
+    loss: Literal["ppo", "gspo", "cispo"] = "ppo"  # the per-token policy objective
+    # how token losses add up: DAPO's token_mean, GRPO's seq_mean_token_mean, Dr. GRPO's
+    # seq_sum_const (divided by rollout.max_tokens and the number of sequences)
+    aggregation: Literal["token_mean", "seq_mean_token_mean", "seq_sum_const"] = "seq_sum_const"
+    clip_low: float = 0.2  # ppo and cispo: the ratio is clipped to [1 - clip_low, 1 + clip_high]
     clip_high: float = 0.28
-    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds its k3 KL to the loss
+    gspo_clip_low: float = 3e-4  # gspo clips its sequence ratio much tighter
+    gspo_clip_high: float = 4e-4
+    kl_coef: float = 0.0  # > 0 keeps a frozen reference model and adds its KL to the loss
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = 0.0  # loss minus entropy_coef x entropy, aggregated like the loss
+    overlong_buffer: int = 0  # DAPO: tokens before rollout.max_tokens where a linear penalty starts; 0 = off
+    overlong_penalty: float = 1.0  # the penalty at the budget (subtracted from the reward)
+    # ratio against the engine's logprobs (behaviour), or AReaL's decoupled PPO: against the
+    # trainer's own logprobs at the step's start, times the importance weight proximal/behaviour
+    off_policy: Literal["behaviour", "decoupled"] = "behaviour"
+    is_cap: float = 0.0  # decoupled: importance weights truncated to min(w, is_cap); 0 = none
+    gamma: float = 1.0  # gae: discount per token
+    lam: float = 0.95  # gae: lambda
+    value_lr: float = 1e-4  # gae: the critic's AdamW learning rate (constant)
+    value_clip: float = 0.2  # gae: value updates clipped around the step's start values; 0 = none
+    whiten_advantages: bool = True  # gae: normalise advantages over the batch's tokens
 
     def __post_init__(self) -> None:
-        _require(self.clip_low > 0, "algorithm.clip_low", "a number > 0", self.clip_low)
-        _require(self.clip_high > 0, "algorithm.clip_high", "a number > 0", self.clip_high)
-        _require(self.kl_coef >= 0, "algorithm.kl_coef", "a number >= 0", self.kl_coef)
+        _require_known(self, "algorithm")
+        for key in ("clip_low", "gspo_clip_low"):
+            _require(0 < getattr(self, key) < 1, f"algorithm.{key}", "a number in (0, 1)", getattr(self, key))
+        for key in ("clip_high", "gspo_clip_high", "value_lr"):
+            _require(getattr(self, key) > 0, f"algorithm.{key}", "a number > 0", getattr(self, key))
+        for key in ("kl_coef", "entropy_coef", "overlong_penalty", "value_clip"):
+            _require(getattr(self, key) >= 0, f"algorithm.{key}", "a number >= 0", getattr(self, key))
+        _require(self.overlong_buffer >= 0, "algorithm.overlong_buffer", "an integer >= 0 (0 = off)",
+                 self.overlong_buffer)
+        _require(self.is_cap == 0 or self.is_cap >= 1, "algorithm.is_cap", "0 (none) or a number >= 1", self.is_cap)
+        _require(self.is_cap == 0 or self.off_policy == "decoupled", "algorithm.is_cap",
+                 "0 unless algorithm.off_policy = 'decoupled' (only it has a separate importance weight)",
+                 self.is_cap)
+        for key in ("gamma", "lam"):
+            _require(0 <= getattr(self, key) <= 1, f"algorithm.{key}", "a number in [0, 1]", getattr(self, key))
 
 
 @dataclass(frozen=True)

@@ -230,9 +230,11 @@ class Group:
 class Batch:
     """Packed, right-padded sequences ready for one trainer step.
 
-    Shapes: [N, T] for every tensor; `advantages` is per token (the sequence advantage broadcast
-    over its completion tokens) so token-level and sequence-level losses read the same record.
-    `prompt_lens` and `seq_lens` count real tokens per row.
+    Shapes: [N, T] unless noted; `advantages` is per token (the sequence advantage broadcast
+    over its completion tokens) so token-level and sequence-level losses read the same record;
+    they are 0 when the trainer computes its own (GAE, from `rewards` and its value model).
+    `seq_lens` counts real tokens per row. `version` is the trainer's policy version the batch
+    was made for (-1: none, as in SFT); tokens whose `versions` equal it are on-policy.
     """
 
     input_ids: torch.Tensor  # [N, T] long
@@ -242,6 +244,8 @@ class Batch:
     versions: torch.Tensor  # [N, T] long, -1 where not a model token
     seq_lens: torch.Tensor  # [N] long
     group_ids: torch.Tensor  # [N] long, which group each row came from
+    rewards: torch.Tensor  # [N] float, each sample's reward after shaping (what advantages came from)
+    version: int = -1
 
     @property
     def num_tokens(self) -> int:

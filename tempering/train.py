@@ -25,8 +25,7 @@ from tqdm import tqdm
 
 from tempering.errors import UserError
 from tempering.agent.format import tool_format
-from tempering.algorithms import get_advantage
-from tempering.algorithms.advantages import Advantage
+from tempering.algorithms import AdvantageSpec, Overlong, get_advantage
 from tempering.buffer import Accounting, Buffer, LineageStore
 from tempering.config import Config, ConfigError, ModelConfig, TokenizerConfig, to_dict
 from tempering.evaluation import EvalResult
@@ -53,7 +52,7 @@ class Run:
     model: Decoder
     trainer: Trainer
     scheduler: GlobalScheduler  # owns the task pool
-    advantage: Advantage
+    advantage: AdvantageSpec  # the buffer's; gae is computed by the trainer with its critic
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
     started: float  # time.monotonic() when this invocation started
     threads: int  # torch threads of each process
@@ -84,7 +83,8 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
     """Until run.steps, or until `stop` (a signal or the time budget) at a step boundary."""
     cfg = run.cfg
     lineage = LineageStore(run.dir / "samples.jsonl")
-    buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id)
+    overlong = Overlong(cfg.algorithm.overlong_buffer, cfg.algorithm.overlong_penalty, cfg.rollout.max_tokens)
+    buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id, overlong)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
     try:
         while run.state["step"] < cfg.run.steps and not stop.is_set():
@@ -162,7 +162,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
                       total_steps=cfg.run.steps)
     if ckpt is not None:
         trainer.load_state_dict(trainer_state)
-    advantage = get_advantage(cfg.algorithm.advantage)  # a typo fails here, not after SFT and evaluation
+    advantage = get_advantage(cfg.algorithm.advantage)  # names were checked when the config loaded
     unknown = sorted(set(cfg.reward.domain_weights) - set(cfg.tasks.weights))
     if unknown:
         raise ConfigError(f"reward.domain_weights.{unknown[0]}: not a domain of tasks.weights "

@@ -1,10 +1,12 @@
-"""Staleness and the accounting of every sample: trained, or dropped with a reason."""
+"""Staleness and the accounting of every sample: trained, or dropped with a reason; advantages over
+the whole batch; overlong shaping before them."""
 
 import json
 
+import pytest
 import torch
 
-from tempering.algorithms import get_advantage
+from tempering.algorithms import Overlong, get_advantage
 from tempering.buffer import Buffer, LineageStore
 from tempering.config import BufferConfig
 from tempering.records import Group, Reward, Task, Trajectory
@@ -24,9 +26,10 @@ def reward(total, failed=False):
 TASK = Task(id="t", domain="d", prompt="p", answer="a")
 
 
-def make_buffer(tmp_path, k=1, drop_uniform=True):
+def make_buffer(tmp_path, k=1, drop_uniform=True, advantage="drgrpo", overlong=Overlong()):
     lineage = LineageStore(tmp_path / "samples.jsonl")
-    return Buffer(BufferConfig(max_staleness=k, drop_uniform_groups=drop_uniform), get_advantage("drgrpo"), lineage), lineage
+    return Buffer(BufferConfig(max_staleness=k, drop_uniform_groups=drop_uniform), get_advantage(advantage), lineage,
+                  overlong=overlong), lineage
 
 
 def fates(tmp_path):
@@ -79,3 +82,42 @@ def test_packing_aligns_masks_logprobs_and_advantages(tmp_path):
     assert batch.seq_lens.tolist() == [4, 6]
     torch.testing.assert_close(batch.advantages[0], torch.tensor([0, 0, 0.5, 0.5, 0, 0]))
     assert batch.old_logprobs[1, 2:].tolist() == [-0.5] * 4 and batch.versions[0].tolist() == [-1, -1, 0, 0, -1, -1]
+    assert batch.rewards.tolist() == [1.0, 0.0] and batch.version == 0
+
+
+def test_batch_normalised_advantages_see_every_group_and_keep_lone_samples(tmp_path):
+    buf, _ = make_buffer(tmp_path, advantage="reinforce_pp")
+    # a lone survivor (its sibling failed) is kept: REINFORCE++ gives it a batch-relative advantage
+    a = Group(TASK, [traj(0, [0] * 3), traj(1, [0] * 3)], [reward(1.0), reward(0.0)])
+    b = Group(TASK, [traj(0, [0] * 3), traj(1, [0] * 3)], [reward(0.0), reward(0.0, failed=True)])
+    c = Group(TASK, [traj(0, [0] * 3)], [reward(0.0)])
+    batch, groups, acct = buf.make_batch([a, b, c], version=0, step=0)
+    assert acct.trained == 4 and acct.dropped == {"failed": 1}
+    # rewards [1, 0, 0, 0]: mean 0.25, std 0.5 over the batch
+    assert [g.advantages for g in groups] == [[pytest.approx(1.5, abs=1e-5), pytest.approx(-0.5, abs=1e-5)],
+                                              [pytest.approx(-0.5, abs=1e-5)], [pytest.approx(-0.5, abs=1e-5)]]
+    assert batch.group_ids.tolist() == [0, 0, 1, 2]
+
+
+def test_gae_leaves_advantages_to_the_trainer_and_carries_rewards(tmp_path):
+    buf, _ = make_buffer(tmp_path, advantage="gae")
+    g = Group(TASK, [traj(0, [2] * 3), traj(1, [1] * 3)], [reward(1.0), reward(0.25)])
+    batch, groups, _ = buf.make_batch([g], version=2, step=0)
+    assert batch.advantages.abs().sum() == 0 and groups[0].advantages == [0.0, 0.0]
+    assert batch.rewards.tolist() == [1.0, 0.25] and batch.version == 2
+
+
+def test_overlong_penalty_shapes_rewards_before_advantages_and_is_recorded(tmp_path):
+    # budget 4 (the rollout's), buffer 2: 2 tokens no penalty, 3 tokens half, 4 tokens all of 0.5
+    buf, lineage = make_buffer(tmp_path, drop_uniform=True, overlong=Overlong(buffer=2, penalty=0.5, max_tokens=4))
+    g = Group(TASK, [traj(0, [0] * 2, tokens=(7, 8)), traj(1, [0] * 3), traj(2, [0] * 4, tokens=(7, 8, 9, 10))],
+              [reward(1.0), reward(1.0), reward(1.0)])
+    batch, groups, acct = buf.make_batch([g], version=0, step=0)
+    lineage.close()
+    # all solved, so uniform before shaping; the length penalty is a signal: [1, 0.75, 0.5]
+    assert acct.trained == 3
+    assert [r.total for r in groups[0].rewards] == [1.0, 0.75, 0.5]
+    assert groups[0].advantages == [0.25, 0.0, -0.25]  # drgrpo: minus the mean 0.75
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [r["components"].get("overlong") for r in rows] == [None, -0.25, -0.5]
+    assert [r["reward"] for r in rows] == [1.0, 0.75, 0.5]

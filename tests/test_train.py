@@ -228,3 +228,31 @@ def test_dynamic_sampling_redraws_groups_without_signal(tmp_path):
     for step, row in enumerate(rows):
         fates = Counter(s["fate"] for s in samples if s["step"] == step)
         assert fates["uniform"] >= 4 * refilled[step] - fates["alone"] - fates["failed"]
+
+
+@pytest.mark.parametrize("algo, resume", [
+    (["--algorithm.advantage=gae", "--algorithm.aggregation=token_mean", "--algorithm.kl_coef=0.01"], True),
+    (["--algorithm.aggregation=token_mean", "--algorithm.clip_high=0.28", "--algorithm.overlong_buffer=8",
+      "--algorithm.off_policy=decoupled", "--algorithm.is_cap=2"], False),
+], ids=["ppo-gae", "dapo-decoupled"])
+def test_short_run_with_other_algorithms(tmp_path, algo, resume):
+    """Two steps with each family of settings; PPO's stops after one, checkpoints, and resumes
+    for the second (its critic and reference come back from trainer.pt)."""
+    quick = ["--run.name=algo", "--tasks.eval_per_domain=2", "--metrics.tensorboard=false", "--metrics.plot=false",
+             "--eval.every=0", *algo]
+    runs = [["--run.steps=1"], ["--run.steps=2", "--resume"]] if resume else [["--run.steps=2"]]
+    for extra in runs:
+        r = subprocess.run(cli(tmp_path, *quick, *extra), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "algo"
+    if resume:
+        import torch
+
+        state = torch.load(run / "checkpoints" / "step-000001" / "trainer.pt", weights_only=False)
+        assert {"critic", "critic_optimizer", "reference"} <= set(state)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    trained = [r for r in rows if "loss" in r]
+    assert trained and all("is_weight_mean" in r for r in trained)
+    if resume:
+        assert all(r["value_loss"] > 0 for r in trained)

@@ -1,36 +1,70 @@
-"""`Trainer`: one optimizer step of RL (clipped policy gradient) or SFT (cross-entropy).
+"""`Trainer`: one optimizer step of RL (a policy objective of the PPO family) or SFT (cross-entropy).
 
 Logprobs are recomputed with the rollout's sampling temperature, so they are the same quantity
 the engine returned and the importance ratio is exactly 1 for fresh samples. Rows are run in
-micro-batches of about `trainer.micro_batch_tokens` tokens; token weights are computed on the
-whole batch first, so accumulation gives exactly the full-batch gradient. FSDP2 is not here yet.
+micro-batches of about `trainer.micro_batch_tokens` tokens; token weights (and GAE advantages,
+which need whole rows and whitening over the batch) are computed on the whole batch first, so
+accumulation gives exactly the full-batch gradient. One optimizer step per batch: the proximal
+policy of decoupled PPO is the forward pass's own detached logprobs, the critic's start values
+its own no-grad pass. The reference model (kl_coef > 0) and the critic (advantage gae) are
+copies of the policy as RL starts, after any SFT warm-up; both go into `state_dict`. The loss
+terms are pure functions in `tempering.algorithms`. FSDP2 is not here yet.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 
-from tempering.algorithms import get_loss
-from tempering.algorithms.losses import k3_kl
+from tempering.algorithms import KL_ESTIMATORS, PolicyLoss, get_aggregation, get_objective
+from tempering.algorithms.advantages import gae, last_token_rewards, whiten
+from tempering.algorithms.losses import k3, truncated_is_weight, value_loss
 from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Decoder
 from tempering.records import Batch
+from tempering.trainer.critic import Critic, critic_optimizer
+from tempering.trainer.offpolicy import OffPolicyMeter
 
 
 @dataclass
 class StepStats:
+    """Flat floats (train.py logs `dataclasses.asdict` of it). NaN means "does not apply" and is
+    left out of the metrics: the critic's without gae, the off-policy ones (`OffPolicyStats`'
+    fields) when a step has no such tokens."""
+
     loss: float
     kl_behavior: float  # k3 estimate of KL(current || behaviour policy) on trained tokens
-    kl_ref: float  # k3 estimate of KL(current || reference); 0 without a reference model
+    kl_ref: float  # the configured estimator's KL(current || reference); 0 without a reference model
     entropy: float
-    clip_fraction: float
+    clip_fraction: float  # trained tokens whose ratio is outside the objective's clip range
     grad_norm: float
     tokens: int
     lr: float
+    value_loss: float = math.nan  # gae: the critic's loss, aggregated like the policy's
+    value_grad_norm: float = math.nan
+    is_weight_mean: float = math.nan
+    is_weight_p50: float = math.nan
+    is_weight_p90: float = math.nan
+    is_weight_p99: float = math.nan
+    is_weight_max: float = math.nan
+    is_truncated: float = math.nan
+    logp_gap_current: float = math.nan
+    logp_gap_older: float = math.nan
+    current_fraction: float = math.nan
+
+
+@dataclass
+class _Targets:
+    """What the policy and value losses regress to, for the whole batch ([N, T-1], aligned with
+    the logprobs)."""
+
+    advantages: torch.Tensor
+    values: torch.Tensor | None = None  # the critic's values at the step's start (gae)
+    returns: torch.Tensor | None = None
 
 
 def token_logprobs(model: Decoder, input_ids: torch.Tensor, temperature: float = 1.0,
@@ -49,46 +83,112 @@ class Trainer:
                  temperature: float = 1.0, norm_tokens: int = 1, total_steps: int = 0):
         self.model = model
         self.cfg = cfg
-        self.algo = algo or AlgorithmConfig()
-        self.loss = get_loss(self.algo.loss)
+        self.algo = algo = algo or AlgorithmConfig()
+        self.objective = get_objective(algo.loss)
+        self.aggregate = get_aggregation(algo.aggregation)
+        self.kl = KL_ESTIMATORS[algo.kl_estimator]
+        self.clip = (algo.gspo_clip_low, algo.gspo_clip_high) if algo.loss == "gspo" else (algo.clip_low, algo.clip_high)
         self.temperature = temperature
-        self.norm_tokens = norm_tokens
-        self.reference = _frozen_copy(model) if self.algo.kl_coef > 0 else None
+        self.norm_tokens = norm_tokens  # the generation budget, for seq_sum_const
+        self.reference: Decoder | None = None
+        self.critic: Critic | None = None
+        self.critic_optimizer: torch.optim.Optimizer | None = None
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                            weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(cfg, s, total_steps))
 
     def rl_step(self, batch: Batch) -> StepStats:
+        self._start_rl()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
-        weights = self.loss.weighting(mask, self.norm_tokens)
-        totals = torch.zeros(5)  # loss, kl_behavior, kl_ref, entropy, clipped tokens
-        for rows in self._micro_batches(batch):
-            ids, m, w = batch.input_ids[rows], mask[rows], weights[rows]
-            width = int(batch.seq_lens[rows].max())
-            ids, m, w = ids[:, :width], m[:, : width - 1], w[:, : width - 1]
-            logp, entropy = token_logprobs(self.model, ids, self.temperature, with_entropy=True)
-            old = batch.old_logprobs[rows, 1:width]
-            adv = batch.advantages[rows, 1:width]
-            per_token = self.loss.token_loss(logp, old, adv, self.algo.clip_low, self.algo.clip_high)
-            kl_ref = torch.zeros_like(logp)
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref, _ = token_logprobs(self.reference, ids, self.temperature)
-                kl_ref = k3_kl(logp, ref)
-                per_token = per_token + self.algo.kl_coef * kl_ref
-            loss = (per_token * w).sum()
-            loss.backward()
-            with torch.no_grad():
-                ratio = torch.exp(logp - old)
-                clipped = ((ratio < 1 - self.algo.clip_low) | (ratio > 1 + self.algo.clip_high)).float()
-                totals += torch.stack([loss.detach(), (k3_kl(logp, old) * m).sum(), (kl_ref * m).sum(),
-                                       (entropy * m).sum(), (clipped * m).sum()])
+        weights = self.aggregate(mask, self.norm_tokens)
+        micro = self._micro_batches(batch)
+        targets = self._targets(batch, mask, micro)
+        meter = OffPolicyMeter(self.algo.is_cap)
+        totals = sum(self._micro_step(batch, rows, mask, weights, targets, meter) for rows in micro)
         n = max(float(mask.sum()), 1.0)
-        grad_norm = self._apply()
+        grad_norm, value_grad_norm = self._apply()
         return StepStats(loss=float(totals[0]), kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
                          entropy=float(totals[3]) / n, clip_fraction=float(totals[4]) / n,
-                         grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0])
+                         grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0],
+                         value_loss=float(totals[5]) if self.critic is not None else math.nan,
+                         value_grad_norm=value_grad_norm, **dataclasses.asdict(meter.result()))
+
+    def _micro_step(self, batch: Batch, rows: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+                    targets: _Targets, meter: OffPolicyMeter) -> torch.Tensor:
+        """Forward and backward of one micro-batch (gradients accumulate). -> sums of: loss,
+        kl_behavior, kl_ref, entropy, clipped tokens, value loss"""
+        width = int(batch.seq_lens[rows].max())
+        ids, m, w = batch.input_ids[rows, :width], mask[rows, : width - 1], weights[rows, : width - 1]
+        logp, entropy = token_logprobs(self.model, ids, self.temperature, with_entropy=True)
+        behaviour = batch.old_logprobs[rows, 1:width]
+        meter.add(logp, behaviour, m, batch.versions[rows, 1:width], batch.version)
+        policy = self._policy_loss(logp, behaviour, targets.advantages[rows, : width - 1], m)
+        per_token = policy.loss
+        if self.algo.entropy_coef > 0:  # else the entropy stays a metric, outside the graph
+            per_token = per_token - self.algo.entropy_coef * entropy
+        kl_ref = torch.zeros_like(logp)
+        if self.reference is not None:
+            with torch.no_grad():
+                ref, _ = token_logprobs(self.reference, ids, self.temperature)
+            kl_ref = self.kl(logp, ref)
+            per_token = per_token + self.algo.kl_coef * kl_ref
+        loss = (per_token * w).sum()
+        loss.backward()
+        v_loss = self._value_backward(ids, rows, w, targets) if self.critic is not None else torch.zeros(())
+        with torch.no_grad():
+            return torch.stack([loss.detach(), (k3(logp, behaviour) * m).sum(), (kl_ref * m).sum(),
+                                (entropy * m).sum(), (policy.clipped.float() * m).sum(), v_loss])
+
+    def _policy_loss(self, logp: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor,
+                     mask: torch.Tensor) -> PolicyLoss:
+        if self.algo.off_policy == "behaviour":
+            return self.objective(logp, behaviour, adv, mask, *self.clip)
+        # Decoupled PPO: the proximal policy is the weights at the step's start, which with one
+        # optimizer step per batch are this very forward pass's; the ratio is against them and
+        # the (truncated, detached) importance weight proximal / behaviour corrects staleness.
+        proximal = logp.detach()
+        weight, _ = truncated_is_weight((proximal - behaviour) * (mask > 0), self.algo.is_cap)
+        out = self.objective(logp, proximal, adv, mask, *self.clip)
+        return PolicyLoss(out.loss * weight, out.clipped)
+
+    def _targets(self, batch: Batch, mask: torch.Tensor, micro: list[torch.Tensor]) -> _Targets:
+        """Advantages per token: the buffer's, or GAE from the critic's values at the step's start
+        (whole rows, then whitened over the batch's tokens)."""
+        if self.critic is None:
+            return _Targets(batch.advantages[:, 1:])
+        values = torch.zeros_like(mask)
+        with torch.no_grad():
+            for rows in micro:
+                width = int(batch.seq_lens[rows].max())
+                values[rows, : width - 1] = self.critic.values(batch.input_ids[rows, :width])
+        values = values * mask
+        adv, returns = gae(last_token_rewards(batch.rewards, mask), values, mask, self.algo.gamma, self.algo.lam)
+        if self.algo.whiten_advantages:
+            adv = whiten(adv, mask)
+        return _Targets(adv, values, returns)
+
+    def _value_backward(self, ids: torch.Tensor, rows: torch.Tensor, w: torch.Tensor, targets: _Targets) -> torch.Tensor:
+        """The critic's clipped value loss on one micro-batch, weighted like the policy's."""
+        assert self.critic is not None and targets.values is not None and targets.returns is not None
+        self.critic.train()
+        t = w.shape[1]
+        per_token = value_loss(self.critic.values(ids), targets.values[rows, :t], targets.returns[rows, :t],
+                               self.algo.value_clip)
+        loss = (per_token * w).sum()
+        loss.backward()
+        return loss.detach()
+
+    def _start_rl(self) -> None:
+        """The reference and the critic are copies of the policy as RL starts (after any SFT
+        warm-up: a copy made earlier would anchor RL to the untrained model), unless
+        `load_state_dict` restored them from a checkpoint."""
+        if self.algo.kl_coef > 0 and self.reference is None:
+            self.reference = _frozen_copy(self.model)
+        if self.algo.advantage == "gae" and self.critic is None:
+            self.critic = Critic(self.model)
+            self.critic_optimizer = critic_optimizer(self.critic, self.algo.value_lr, (self.cfg.beta1, self.cfg.beta2),
+                                                     self.cfg.weight_decay)
 
     def sft_step(self, batch: Batch) -> StepStats:
         """Cross-entropy on the masked (completion) tokens, averaged over tokens."""
@@ -102,16 +202,22 @@ class Trainer:
             loss = -(logp * mask[rows, : width - 1]).sum() / n
             loss.backward()
             total += float(loss.detach())
-        grad_norm = self._apply()
+        grad_norm, _ = self._apply()
         return StepStats(loss=total, kl_behavior=0.0, kl_ref=0.0, entropy=0.0, clip_fraction=0.0,
                          grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0])
 
-    def _apply(self) -> float:
+    def _apply(self) -> tuple[float, float]:
+        """Clip, step and clear the policy (and the critic, when there is one). -> grad norms"""
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return grad_norm
+        value_grad_norm = math.nan
+        if self.critic is not None and self.critic_optimizer is not None:
+            value_grad_norm = float(torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.grad_clip))
+            self.critic_optimizer.step()
+            self.critic_optimizer.zero_grad(set_to_none=True)
+        return grad_norm, value_grad_norm
 
     def _micro_batches(self, batch: Batch) -> list[torch.Tensor]:
         """Rows grouped by length, each group padded only to its own longest row and holding
@@ -128,11 +234,27 @@ class Trainer:
         return groups
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        """Optimizer and schedule; the reference model and the critic with its optimizer once RL
+        has started (a resumed run keeps its anchor and its value model)."""
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        if self.critic is not None and self.critic_optimizer is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if "reference" in state and self.algo.kl_coef > 0:
+            self.reference = _frozen_copy(self.model)
+            self.reference.load_state_dict(state["reference"])
+        if "critic" in state and self.algo.advantage == "gae":
+            self._start_rl()
+            assert self.critic is not None and self.critic_optimizer is not None
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
 
 
 def lr_factor(cfg: TrainerConfig, step: int, total_steps: int) -> float:
