@@ -256,3 +256,27 @@ def test_short_run_with_other_algorithms(tmp_path, algo, resume):
     assert trained and all("is_weight_mean" in r for r in trained)
     if resume:
         assert all(r["value_loss"] > 0 for r in trained)
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_without_partial_rollouts_every_request_is_one_version(tmp_path, partial):
+    """Two versions ahead, so weights change while requests run. Without partial rollouts the
+    engine drains before it loads: a single-turn sample's tokens all come from one version, and
+    the drain is timed. With them every version is loaded as published (no drain)."""
+    r = subprocess.run(cli(tmp_path, "--run.name=pr", "--run.steps=4", "--run.checkpoint_every=0", "--eval.every=0",
+                           "--buffer.max_staleness=2", "--buffer.queue_size=2", "--tasks.eval_per_domain=2",
+                           "--metrics.tensorboard=false", "--metrics.plot=false",
+                           f"--rollout.partial_rollouts={str(partial).lower()}"),
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "pr"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["seconds/syncs"] >= 2 and all(row["seconds/weight_publish"] > 0 for row in rows)
+    assert all(0 < row["seconds/engine_busy"] for row in rows)
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    single_turn = [s for s in samples if s["domain"] != "files"]
+    assert single_turn and all(s["versions"][0] >= 0 for s in single_turn)
+    if not partial:
+        assert all(s["versions"][0] == s["versions"][1] for s in single_turn)
+    else:
+        assert all(row["seconds/weight_drain"] == 0 for row in rows)
