@@ -156,7 +156,8 @@ def pack(rows: list[tuple[Trajectory, float, int]], pad_id: int, rewards: Sequen
         loss_mask=torch.zeros(n, width), old_logprobs=torch.zeros(n, width),
         advantages=torch.zeros(n, width), versions=torch.full((n, width), -1, dtype=torch.long),
         seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long),
-        rewards=torch.tensor(list(rewards) or [0.0] * n, dtype=torch.float32), version=version)
+        rewards=torch.tensor(list(rewards) or [0.0] * n, dtype=torch.float32), version=version,
+        prompt_lens=torch.zeros(n, dtype=torch.long))
     for i, (t, adv, gi) in enumerate(rows):
         _fill_row(batch, i, t, adv)
         batch.group_ids[i] = gi
@@ -172,3 +173,4 @@ def _fill_row(batch: Batch, i: int, t: Trajectory, adv: float) -> None:
     batch.advantages[i, p: p + c] = adv * mask
     batch.versions[i, p: p + c] = torch.tensor(t.versions)
     batch.seq_lens[i] = p + c
+    batch.prompt_lens[i] = p

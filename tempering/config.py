@@ -438,6 +438,8 @@ class TrainerConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0
     micro_batch_tokens: int = 2048  # rows are grouped by length into micro-batches of about this many tokens
+    # the n samples of a group share their prompt: compute it once per group, not once per sample
+    share_prompts: bool = True
     warmup_steps: int = 0
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; cosine decays over run.steps
     min_lr_ratio: float = 0.1  # where cosine ends, as a fraction of lr
@@ -449,6 +451,7 @@ class TrainerConfig:
         _require(0 <= self.beta1 < 1, "trainer.beta1", "a number in [0, 1)", self.beta1)
         _require(0 <= self.beta2 < 1, "trainer.beta2", "a number in [0, 1)", self.beta2)
         _require(self.grad_clip > 0, "trainer.grad_clip", "a number > 0", self.grad_clip)
+        _require(isinstance(self.share_prompts, bool), "trainer.share_prompts", "true or false", self.share_prompts)
         _require(self.micro_batch_tokens > 0, "trainer.micro_batch_tokens", "an integer > 0",
                  self.micro_batch_tokens)
         _require(self.warmup_steps >= 0, "trainer.warmup_steps", "an integer >= 0", self.warmup_steps)

@@ -246,6 +246,7 @@ class Batch:
     group_ids: torch.Tensor  # [N] long, which group each row came from
     rewards: torch.Tensor  # [N] float, each sample's reward after shaping (what advantages came from)
     version: int = -1
+    prompt_lens: torch.Tensor | None = None  # [N] long, prompt tokens of each row (None: unknown)
 
     @property
     def num_tokens(self) -> int:

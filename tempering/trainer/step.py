@@ -28,6 +28,7 @@ from tempering.models import Decoder
 from tempering.records import Batch
 from tempering.trainer.critic import Critic, critic_optimizer
 from tempering.trainer.offpolicy import OffPolicyMeter
+from tempering.trainer.packing import shared_prompt_layout, token_logprobs
 
 
 @dataclass
@@ -65,17 +66,6 @@ class _Targets:
     advantages: torch.Tensor
     values: torch.Tensor | None = None  # the critic's values at the step's start (gae)
     returns: torch.Tensor | None = None
-
-
-def token_logprobs(model: Decoder, input_ids: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """input_ids [N, T] -> logprob of each next token [N, T-1] (position t scores input t+1),
-    and optionally the entropy of each predictive distribution [N, T-1]."""
-    logits = model(input_ids[:, :-1]) / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, entropy
 
 
 class Trainer:
@@ -120,7 +110,9 @@ class Trainer:
         kl_behavior, kl_ref, entropy, clipped tokens, value loss"""
         width = int(batch.seq_lens[rows].max())
         ids, m, w = batch.input_ids[rows, :width], mask[rows, : width - 1], weights[rows, : width - 1]
-        logp, entropy = token_logprobs(self.model, ids, self.temperature, with_entropy=True)
+        layout = shared_prompt_layout(batch, rows, width) if self._sharing(batch) else None
+        logp, entropy = (layout.logprobs(self.model, self.temperature, with_entropy=True) if layout is not None
+                         else token_logprobs(self.model, ids, self.temperature, with_entropy=True))
         behaviour = batch.old_logprobs[rows, 1:width]
         meter.add(logp, behaviour, m, batch.versions[rows, 1:width], batch.version)
         policy = self._policy_loss(logp, behaviour, targets.advantages[rows, : width - 1], m)
@@ -130,7 +122,8 @@ class Trainer:
         kl_ref = torch.zeros_like(logp)
         if self.reference is not None:
             with torch.no_grad():
-                ref, _ = token_logprobs(self.reference, ids, self.temperature)
+                ref, _ = (layout.logprobs(self.reference, self.temperature) if layout is not None
+                          else token_logprobs(self.reference, ids, self.temperature))
             kl_ref = self.kl(logp, ref)
             per_token = per_token + self.algo.kl_coef * kl_ref
         loss = (per_token * w).sum()
@@ -219,19 +212,34 @@ class Trainer:
             self.critic_optimizer.zero_grad(set_to_none=True)
         return grad_norm, value_grad_norm
 
+    def _sharing(self, batch: Batch) -> bool:
+        return self.cfg.share_prompts and batch.prompt_lens is not None
+
     def _micro_batches(self, batch: Batch) -> list[torch.Tensor]:
-        """Rows grouped by length, each group padded only to its own longest row and holding
-        about `micro_batch_tokens` tokens: padding is compute the backward pass pays for too."""
-        lens = batch.seq_lens.tolist()
-        groups, current = [], []
-        for row in sorted(range(len(lens)), key=lens.__getitem__):
-            if current and (len(current) + 1) * lens[row] > self.cfg.micro_batch_tokens:
-                groups.append(torch.tensor(current))
-                current = []
-            current.append(row)
+        """Rows grouped by length, each micro-batch padded only to its own longest row and holding
+        about `micro_batch_tokens` tokens: padding is compute the backward pass pays for too.
+        With shared prompts the unit is a group (its rows stay together, as one packed row)."""
+        lens, groups = batch.seq_lens.tolist(), batch.group_ids.tolist()
+        units: dict[int, list[int]] = {}
+        for row in range(len(lens)):
+            units.setdefault(groups[row] if self._sharing(batch) else row, []).append(row)
+        cost = {key: self._packed_length(batch, rows, lens) for key, rows in units.items()}
+        out, current, count = [], [], 0
+        for key in sorted(units, key=cost.__getitem__):
+            if current and (count + 1) * cost[key] > self.cfg.micro_batch_tokens:
+                out.append(torch.tensor(current))
+                current, count = [], 0
+            current += units[key]
+            count += 1
         if current:
-            groups.append(torch.tensor(current))
-        return groups
+            out.append(torch.tensor(current))
+        return out
+
+    def _packed_length(self, batch: Batch, rows: list[int], lens: list[int]) -> int:
+        if len(rows) == 1 or batch.prompt_lens is None:
+            return lens[rows[0]]
+        prompt = int(batch.prompt_lens[rows[0]])
+        return prompt + sum(lens[r] - prompt for r in rows)
 
     def state_dict(self) -> dict:
         """Optimizer and schedule; the reference model and the critic with its optimizer once RL
