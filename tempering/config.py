@@ -406,6 +406,9 @@ class AlgorithmConfig:
     # trainer's own logprobs at the step's start, times the importance weight proximal/behaviour
     off_policy: Literal["behaviour", "decoupled"] = "behaviour"
     is_cap: float = 0.0  # decoupled: importance weights truncated to min(w, is_cap); 0 = none
+    # optimizer steps per batch, each on its share of the groups (PPO's mini-batches); with
+    # decoupled PPO the proximal policy is then recomputed once, before the first
+    mini_batches: int = 1
     gamma: float = 1.0  # gae: discount per token
     lam: float = 0.95  # gae: lambda
     value_lr: float = 1e-4  # gae: the critic's AdamW learning rate (constant)
@@ -426,6 +429,8 @@ class AlgorithmConfig:
         _require(self.is_cap == 0 or self.off_policy == "decoupled", "algorithm.is_cap",
                  "0 unless algorithm.off_policy = 'decoupled' (only it has a separate importance weight)",
                  self.is_cap)
+        _require(isinstance(self.mini_batches, int) and self.mini_batches >= 1, "algorithm.mini_batches",
+                 "an integer >= 1", self.mini_batches)
         for key in ("gamma", "lam"):
             _require(0 <= getattr(self, key) <= 1, f"algorithm.{key}", "a number in [0, 1]", getattr(self, key))
 

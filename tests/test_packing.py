@@ -3,6 +3,7 @@ gradients (the oracle is the plain one-row-per-sample pass), and the trainer's u
 with it on or off."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -95,3 +96,36 @@ def test_micro_batches_keep_a_groups_rows_together():
     assert sorted(r for m in micro for r in m.tolist()) == list(range(6))
     for m in micro:
         assert len({int(b.group_ids[r]) for r in m}) == 1  # a budget of 12 fits one packed group
+
+
+def subset(b, rows):
+    rows = torch.tensor(rows)
+    return dataclasses.replace(b, **{f.name: getattr(b, f.name)[rows] for f in dataclasses.fields(b)
+                                     if isinstance(getattr(b, f.name), torch.Tensor)})
+
+
+@pytest.mark.parametrize("off_policy", ["behaviour", "decoupled"])
+def test_mini_batches_are_optimizer_steps_on_each_share_of_the_groups(off_policy):
+    """algorithm.mini_batches = 2 on groups {0, 1}: the same as two steps, one per group (the
+    schedule is constant here; it steps once per batch). Samples fresh from the policy (behaviour = its logprobs at the
+    start), so decoupled PPO's importance weight is 1 and its proximal policy is the behaviour one:
+    it must match too, which it does only if the proximal logprobs are those before the first step."""
+    base = build_model(ARCH, seed=7)
+    first = [sample([1, 5, 6, 7], [8, 9, 10, 11, 2]), sample([1, 5, 6, 7], [2]), sample([1, 5, 6, 7], [12, 13, 2])]
+    # group 1 repeats group 0, so the first step moves group 1's ratios in its advantages'
+    # direction, past the clip range: only the right proximal policy clips them the same way
+    b = pack(first + [(t, a, 1) for t, a, _ in first], pad_id=0, version=0)
+    with torch.no_grad():
+        start, _ = token_logprobs(base, b.input_ids)
+    b.old_logprobs[:, 1:] = start * b.loss_mask[:, 1:]
+    cfg = TrainerConfig(lr=0.1)  # large enough that the second step's ratios leave the clip range
+    model = copy.deepcopy(base)
+    trainer = Trainer(model, cfg, AlgorithmConfig(mini_batches=2, off_policy=off_policy), norm_tokens=8)
+    trainer.rl_step(b)
+    oracle = copy.deepcopy(base)
+    plain = Trainer(oracle, cfg, AlgorithmConfig(), norm_tokens=8)
+    for rows in ([0, 1, 2], [3, 4, 5]):
+        plain.rl_step(subset(b, rows))
+    assert trainer.scheduler.last_epoch == 1 and plain.scheduler.last_epoch == 2  # one schedule step a batch
+    for k, v in oracle.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[k], v, atol=1e-6, rtol=1e-5)

@@ -4,9 +4,11 @@ Logprobs are recomputed with the rollout's sampling temperature, so they are the
 the engine returned and the importance ratio is exactly 1 for fresh samples. Rows are run in
 micro-batches of about `trainer.micro_batch_tokens` tokens; token weights (and GAE advantages,
 which need whole rows and whitening over the batch) are computed on the whole batch first, so
-accumulation gives exactly the full-batch gradient. One optimizer step per batch: the proximal
-policy of decoupled PPO is the forward pass's own detached logprobs, the critic's start values
-its own no-grad pass. The reference model (kl_coef > 0) and the critic (advantage gae) are
+accumulation gives exactly the full-batch gradient. A batch is one optimizer step, or
+`algorithm.mini_batches` steps each on its share of the groups (PPO's mini-batches), and one
+step of the LR schedule. With one step the proximal policy of decoupled PPO is the forward
+pass's own detached logprobs; with several it is a no-grad pass before the first, as are the
+critic's start values. A group's shared prompt is computed once (`packing`). The reference model (kl_coef > 0) and the critic (advantage gae) are
 copies of the policy as RL starts, after any SFT warm-up; both go into `state_dict`. The loss
 terms are pure functions in `tempering.algorithms`. FSDP2 is not here yet.
 """
@@ -28,7 +30,7 @@ from tempering.models import Decoder
 from tempering.records import Batch
 from tempering.trainer.critic import Critic, critic_optimizer
 from tempering.trainer.offpolicy import OffPolicyMeter
-from tempering.trainer.packing import shared_prompt_layout, token_logprobs
+from tempering.trainer.packing import Layout, shared_prompt_layout, token_logprobs
 
 
 @dataclass
@@ -66,6 +68,9 @@ class _Targets:
     advantages: torch.Tensor
     values: torch.Tensor | None = None  # the critic's values at the step's start (gae)
     returns: torch.Tensor | None = None
+    # decoupled PPO over several mini-batches: the policy's logprobs at the step's start (with
+    # one optimizer step each micro-batch's own forward pass is that policy, and this is None)
+    proximal: torch.Tensor | None = None
 
 
 class Trainer:
@@ -88,21 +93,35 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(cfg, s, total_steps))
 
     def rl_step(self, batch: Batch) -> StepStats:
+        """One batch: `algorithm.mini_batches` optimizer steps, each on its share of the groups
+        (PPO's mini-batches; one by default), and one step of the LR schedule."""
         self._start_rl()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
-        weights = self.aggregate(mask, self.norm_tokens)
-        micro = self._micro_batches(batch)
-        targets = self._targets(batch, mask, micro)
+        targets = self._targets(batch, mask, self._micro_batches(batch))
         meter = OffPolicyMeter(self.algo.is_cap)
-        totals = sum(self._micro_step(batch, rows, mask, weights, targets, meter) for rows in micro)
-        n = max(float(mask.sum()), 1.0)
-        grad_norm, value_grad_norm = self._apply()
-        return StepStats(loss=float(totals[0]), kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
+        totals, norms = torch.zeros(6), []
+        for part in self._mini_batches(batch):
+            weights = torch.zeros_like(mask)  # each optimizer step's loss is over its own rows
+            weights[part] = self.aggregate(mask[part], self.norm_tokens)
+            for rows in self._micro_batches(batch, part):
+                totals += self._micro_step(batch, rows, mask, weights, targets, meter)
+            norms.append(self._apply())
+        self.scheduler.step()
+        n, k = max(float(mask.sum()), 1.0), len(norms)
+        return StepStats(loss=float(totals[0]) / k, kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
                          entropy=float(totals[3]) / n, clip_fraction=float(totals[4]) / n,
-                         grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0],
-                         value_loss=float(totals[5]) if self.critic is not None else math.nan,
-                         value_grad_norm=value_grad_norm, **dataclasses.asdict(meter.result()))
+                         grad_norm=sum(g for g, _ in norms) / k, tokens=int(n), lr=self.scheduler.get_last_lr()[0],
+                         value_loss=float(totals[5]) / k if self.critic is not None else math.nan,
+                         value_grad_norm=sum(v for _, v in norms) / k, **dataclasses.asdict(meter.result()))
+
+    def _mini_batches(self, batch: Batch) -> list[torch.Tensor]:
+        """The batch's groups dealt into `algorithm.mini_batches` parts of rows (a group's rows
+        stay together: group-relative advantages and shared prompts span them)."""
+        groups = sorted(set(batch.group_ids.tolist()))
+        k = min(self.algo.mini_batches, len(groups))
+        parts = [set(groups[i::k]) for i in range(k)]
+        return [torch.tensor([r for r, g in enumerate(batch.group_ids.tolist()) if g in part]) for part in parts]
 
     def _micro_step(self, batch: Batch, rows: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
                     targets: _Targets, meter: OffPolicyMeter) -> torch.Tensor:
@@ -111,19 +130,19 @@ class Trainer:
         width = int(batch.seq_lens[rows].max())
         ids, m, w = batch.input_ids[rows, :width], mask[rows, : width - 1], weights[rows, : width - 1]
         layout = shared_prompt_layout(batch, rows, width) if self._sharing(batch) else None
-        logp, entropy = (layout.logprobs(self.model, self.temperature, with_entropy=True) if layout is not None
-                         else token_logprobs(self.model, ids, self.temperature, with_entropy=True))
+        logp, entropy = self._logprobs(self.model, batch, rows, width, True, layout)
         behaviour = batch.old_logprobs[rows, 1:width]
-        meter.add(logp, behaviour, m, batch.versions[rows, 1:width], batch.version)
-        policy = self._policy_loss(logp, behaviour, targets.advantages[rows, : width - 1], m)
+        # the policy at the step's start: this pass's own logprobs before the first optimizer step
+        proximal = logp.detach() if targets.proximal is None else targets.proximal[rows, : width - 1]
+        meter.add(proximal, behaviour, m, batch.versions[rows, 1:width], batch.version)
+        policy = self._policy_loss(logp, proximal, behaviour, targets.advantages[rows, : width - 1], m)
         per_token = policy.loss
         if self.algo.entropy_coef > 0:  # else the entropy stays a metric, outside the graph
             per_token = per_token - self.algo.entropy_coef * entropy
         kl_ref = torch.zeros_like(logp)
         if self.reference is not None:
             with torch.no_grad():
-                ref, _ = (layout.logprobs(self.reference, self.temperature) if layout is not None
-                          else token_logprobs(self.reference, ids, self.temperature))
+                ref, _ = self._logprobs(self.reference, batch, rows, width, layout=layout)
             kl_ref = self.kl(logp, ref)
             per_token = per_token + self.algo.kl_coef * kl_ref
         loss = (per_token * w).sum()
@@ -133,23 +152,30 @@ class Trainer:
             return torch.stack([loss.detach(), (k3(logp, behaviour) * m).sum(), (kl_ref * m).sum(),
                                 (entropy * m).sum(), (policy.clipped.float() * m).sum(), v_loss])
 
-    def _policy_loss(self, logp: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor,
+    def _policy_loss(self, logp: torch.Tensor, proximal: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor,
                      mask: torch.Tensor) -> PolicyLoss:
         if self.algo.off_policy == "behaviour":
             return self.objective(logp, behaviour, adv, mask, *self.clip)
-        # Decoupled PPO: the proximal policy is the weights at the step's start, which with one
-        # optimizer step per batch are this very forward pass's; the ratio is against them and
-        # the (truncated, detached) importance weight proximal / behaviour corrects staleness.
-        proximal = logp.detach()
+        # Decoupled PPO: the ratio is against the proximal policy (the weights at the step's
+        # start) and the (truncated, detached) importance weight proximal / behaviour corrects
+        # for the samples' staleness.
         weight, _ = truncated_is_weight((proximal - behaviour) * (mask > 0), self.algo.is_cap)
         out = self.objective(logp, proximal, adv, mask, *self.clip)
         return PolicyLoss(out.loss * weight, out.clipped)
 
     def _targets(self, batch: Batch, mask: torch.Tensor, micro: list[torch.Tensor]) -> _Targets:
         """Advantages per token: the buffer's, or GAE from the critic's values at the step's start
-        (whole rows, then whitened over the batch's tokens)."""
+        (whole rows, then whitened over the batch's tokens); and the proximal logprobs when
+        several optimizer steps follow."""
+        proximal = None
+        if self.algo.off_policy == "decoupled" and self.algo.mini_batches > 1:
+            proximal = torch.zeros_like(mask)
+            with torch.no_grad():
+                for rows in micro:
+                    width = int(batch.seq_lens[rows].max())
+                    proximal[rows, : width - 1] = self._logprobs(self.model, batch, rows, width)[0]
         if self.critic is None:
-            return _Targets(batch.advantages[:, 1:])
+            return _Targets(batch.advantages[:, 1:], proximal=proximal)
         values = torch.zeros_like(mask)
         with torch.no_grad():
             for rows in micro:
@@ -159,7 +185,16 @@ class Trainer:
         adv, returns = gae(last_token_rewards(batch.rewards, mask), values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
             adv = whiten(adv, mask)
-        return _Targets(adv, values, returns)
+        return _Targets(adv, values, returns, proximal)
+
+    def _logprobs(self, model: Decoder, batch: Batch, rows: torch.Tensor, width: int, with_entropy: bool = False,
+                  layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`model`'s logprobs of `rows` [n, width-1]: shared prompts packed, or one row per sample."""
+        if layout is None and self._sharing(batch):
+            layout = shared_prompt_layout(batch, rows, width)
+        if layout is not None:
+            return layout.logprobs(model, self.temperature, with_entropy)
+        return token_logprobs(model, batch.input_ids[rows, :width], self.temperature, with_entropy)
 
     def _value_backward(self, ids: torch.Tensor, rows: torch.Tensor, w: torch.Tensor, targets: _Targets) -> torch.Tensor:
         """The critic's clipped value loss on one micro-batch, weighted like the policy's."""
@@ -196,14 +231,15 @@ class Trainer:
             loss.backward()
             total += float(loss.detach())
         grad_norm, _ = self._apply()
+        self.scheduler.step()
         return StepStats(loss=total, kl_behavior=0.0, kl_ref=0.0, entropy=0.0, clip_fraction=0.0,
                          grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0])
 
     def _apply(self) -> tuple[float, float]:
-        """Clip, step and clear the policy (and the critic, when there is one). -> grad norms"""
+        """Clip, step and clear the policy (and the critic, when there is one); the LR schedule
+        steps once per batch, apart. -> grad norms"""
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         value_grad_norm = math.nan
         if self.critic is not None and self.critic_optimizer is not None:
@@ -215,15 +251,16 @@ class Trainer:
     def _sharing(self, batch: Batch) -> bool:
         return self.cfg.share_prompts and batch.prompt_lens is not None
 
-    def _micro_batches(self, batch: Batch) -> list[torch.Tensor]:
-        """Rows grouped by length, each micro-batch padded only to its own longest row and holding
-        about `micro_batch_tokens` tokens: padding is compute the backward pass pays for too.
-        With shared prompts the unit is a group (its rows stay together, as one packed row)."""
+    def _micro_batches(self, batch: Batch, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """`rows` (default all) grouped by length, each micro-batch padded only to its own longest
+        row and holding about `micro_batch_tokens` tokens: padding is compute the backward pass
+        pays for too. With shared prompts the unit is a group (its rows stay together, as one
+        packed row)."""
         lens, groups = batch.seq_lens.tolist(), batch.group_ids.tolist()
         units: dict[int, list[int]] = {}
-        for row in range(len(lens)):
+        for row in rows.tolist() if rows is not None else range(len(lens)):
             units.setdefault(groups[row] if self._sharing(batch) else row, []).append(row)
-        cost = {key: self._packed_length(batch, rows, lens) for key, rows in units.items()}
+        cost = {key: self._packed_length(batch, members, lens) for key, members in units.items()}
         out, current, count = [], [], 0
         for key in sorted(units, key=cost.__getitem__):
             if current and (count + 1) * cost[key] > self.cfg.micro_batch_tokens:
