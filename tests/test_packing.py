@@ -45,7 +45,8 @@ def test_packed_rows_give_each_samples_own_logprobs_entropy_and_gradients():
     width = int(b.seq_lens.max())
     layout = shared_prompt_layout(b, rows, width)
     assert layout.input_ids.shape[0] == 3  # the two shared prompts and the one that differs
-    assert layout.input_ids.shape[1] == 4 + 5 + 1 + 3  # the longest packed row: prompt once, then 3 completions
+    # the longest packed row: the prompt once, then 3 completions without their last tokens
+    assert layout.input_ids.shape[1] == 4 + 4 + 0 + 2
     got, got_h = layout.logprobs(model, temperature=0.7, with_entropy=True)
     want, want_h = token_logprobs(twin, b.input_ids, temperature=0.7, with_entropy=True)
     real = torch.arange(width - 1)[None, :] < (b.seq_lens[:, None] - 1)  # positions that score a real token

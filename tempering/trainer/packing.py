@@ -7,7 +7,8 @@ every sample's completion; a completion attends to the prompt and to itself only
 positions continue from the prompt's end, so each token sees exactly the context (and rotary
 positions) of its own row. The first completion token of every sample is scored by the
 prompt's last position, which all of them share; the gradient adds up there as it would
-across the separate rows. Logprobs come back as one row per sample, [n, T-1] (position t
+across the separate rows. A completion's last token is left out: it scores nothing, and no
+other token attends to it. Logprobs come back as one row per sample, [n, T-1] (position t
 scores token t+1), so losses, aggregation and metrics never see the layout.
 
 Samples whose prompt differs from their group's (or a batch built without `prompt_lens`) get a
@@ -79,9 +80,10 @@ def shared_prompt_layout(batch: Batch, rows: torch.Tensor, width: int) -> Layout
         row, pos, seg = list(prompt), list(range(p)), [0] * p
         for i, local in enumerate(members, start=1):
             start, n, seq = len(row), seq_lens[local], ids[local]
-            row += seq[p:n]
-            pos += range(p, n)
-            seg += [i] * (n - p)
+            # a completion's last token scores nothing and nothing attends to it: it stays out
+            row += seq[p: n - 1]
+            pos += range(p, n - 1)
+            seg += [i] * max(n - 1 - p, 0)
             # token j of the sample is scored by the position before it: in the prompt, or in its completion
             src_b += [b] * (n - 1)
             src_l += [j - 1 if j <= p else start + j - p - 1 for j in range(1, n)]

@@ -276,7 +276,7 @@ class Trainer:
         if len(rows) == 1 or batch.prompt_lens is None:
             return lens[rows[0]]
         prompt = int(batch.prompt_lens[rows[0]])
-        return prompt + sum(lens[r] - prompt for r in rows)
+        return prompt + sum(max(lens[r] - prompt - 1, 0) for r in rows)  # a completion's last token stays out
 
     def state_dict(self) -> dict:
         """Optimizer and schedule; the reference model and the critic with its optimizer once RL
