@@ -148,29 +148,24 @@ def _with_penalty(r: Reward, penalty: float) -> Reward:
 def pack(rows: list[tuple[Trajectory, float, int]], pad_id: int, rewards: Sequence[float] = (),
          version: int = -1) -> Batch:
     """(trajectory, advantage, group index) rows -> one right-padded `Batch` row each; `rewards`
-    (one per row, default 0) and `version` are carried along for the trainer."""
+    (one per row, default 0) and `version` are carried along for the trainer. Rows are laid out
+    in Python lists and become tensors once: a tensor per row and field costs more than the rest."""
     width = max(len(t.prompt_ids) + len(t.token_ids) for t, _, _ in rows)
     n = len(rows)
-    batch = Batch(
-        input_ids=torch.full((n, width), pad_id, dtype=torch.long),
-        loss_mask=torch.zeros(n, width), old_logprobs=torch.zeros(n, width),
-        advantages=torch.zeros(n, width), versions=torch.full((n, width), -1, dtype=torch.long),
-        seq_lens=torch.zeros(n, dtype=torch.long), group_ids=torch.zeros(n, dtype=torch.long),
+    ids, versions = [[pad_id] * width for _ in range(n)], [[-1] * width for _ in range(n)]
+    mask, old, adv = ([[0.0] * width for _ in range(n)] for _ in range(3))
+    for i, (t, a, _) in enumerate(rows):
+        p, c = len(t.prompt_ids), len(t.token_ids)
+        ids[i][: p + c] = t.prompt_ids + t.token_ids
+        mask[i][p: p + c] = t.loss_mask
+        old[i][p: p + c] = t.logprobs
+        adv[i][p: p + c] = [a * m for m in t.loss_mask]
+        versions[i][p: p + c] = t.versions
+    return Batch(
+        input_ids=torch.tensor(ids, dtype=torch.long), loss_mask=torch.tensor(mask, dtype=torch.float32),
+        old_logprobs=torch.tensor(old, dtype=torch.float32), advantages=torch.tensor(adv, dtype=torch.float32),
+        versions=torch.tensor(versions, dtype=torch.long),
+        seq_lens=torch.tensor([len(t.prompt_ids) + len(t.token_ids) for t, _, _ in rows], dtype=torch.long),
+        group_ids=torch.tensor([g for _, _, g in rows], dtype=torch.long),
         rewards=torch.tensor(list(rewards) or [0.0] * n, dtype=torch.float32), version=version,
-        prompt_lens=torch.zeros(n, dtype=torch.long))
-    for i, (t, adv, gi) in enumerate(rows):
-        _fill_row(batch, i, t, adv)
-        batch.group_ids[i] = gi
-    return batch
-
-
-def _fill_row(batch: Batch, i: int, t: Trajectory, adv: float) -> None:
-    p, c = len(t.prompt_ids), len(t.token_ids)
-    batch.input_ids[i, : p + c] = torch.tensor(t.prompt_ids + t.token_ids)
-    mask = torch.tensor(t.loss_mask, dtype=torch.float32)
-    batch.loss_mask[i, p: p + c] = mask
-    batch.old_logprobs[i, p: p + c] = torch.tensor(t.logprobs)
-    batch.advantages[i, p: p + c] = adv * mask
-    batch.versions[i, p: p + c] = torch.tensor(t.versions)
-    batch.seq_lens[i] = p + c
-    batch.prompt_lens[i] = p
+        prompt_lens=torch.tensor([len(t.prompt_ids) for t, _, _ in rows], dtype=torch.long))
