@@ -46,7 +46,7 @@ class RunConfig:
     dir: str = "runs"  # run directory is <dir>/<name>
     seed: int = 0
     steps: int = 20  # RL optimizer steps
-    checkpoint_every: int = 10  # steps; 0 = only at the end
+    checkpoint_every: int = 100  # steps; 0 = only at the end
     # Wall-clock budget of one invocation (set-up, warm-up and evaluations included): the RL
     # loop ends at the first step boundary past it, then the run finishes as after its last
     # step (checkpoint, final evaluation, summary). 0 = no budget.
