@@ -130,3 +130,21 @@ def test_mini_batches_are_optimizer_steps_on_each_share_of_the_groups(off_policy
     assert trainer.scheduler.last_epoch == 1 and plain.scheduler.last_epoch == 2  # one schedule step a batch
     for k, v in oracle.state_dict().items():
         torch.testing.assert_close(model.state_dict()[k], v, atol=1e-6, rtol=1e-5)
+
+
+def test_packed_rows_give_the_critics_own_values_and_gradients():
+    from tempering.trainer.critic import Critic
+
+    b = batch()
+    critic = Critic(build_model(ARCH, seed=8))
+    torch.nn.init.normal_(critic.value_head.weight, 0, 0.5, generator=torch.Generator().manual_seed(0))
+    twin = copy.deepcopy(critic)
+    rows, width = torch.arange(len(b.seq_lens)), int(b.seq_lens.max())
+    got = shared_prompt_layout(b, rows, width).values(critic)
+    want = twin.values(b.input_ids)
+    real = torch.arange(width - 1)[None, :] < (b.seq_lens[:, None] - 1)
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+    (got * b.loss_mask[:, 1:]).sum().backward()
+    (want * b.loss_mask[:, 1:]).sum().backward()
+    for (name, p), q in zip(critic.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=name)

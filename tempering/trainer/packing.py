@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from tempering.models import Decoder
 from tempering.records import Batch
+from tempering.trainer.critic import Critic
 
 
 def token_logprobs(model: Decoder, input_ids: torch.Tensor, temperature: float = 1.0,
@@ -60,6 +61,11 @@ class Layout:
             return logp, None
         entropy = torch.zeros(self.shape).index_put(self.dst, -(logp_all.exp() * logp_all).sum(-1))
         return logp, entropy
+
+    def values(self, critic: Critic) -> torch.Tensor:
+        """The same as `critic.values` on the unpacked rows (to rounding): [n, T-1]."""
+        hidden = critic.model(self.input_ids, critic.inv_freq, self.positions, self._attention)
+        return torch.zeros(self.shape).index_put(self.dst, critic.value_head(hidden[self.src]).squeeze(-1).float())
 
     def _attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.mask, enable_gqa=q.shape[1] != k.shape[1])

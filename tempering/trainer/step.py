@@ -147,7 +147,7 @@ class Trainer:
             per_token = per_token + self.algo.kl_coef * kl_ref
         loss = (per_token * w).sum()
         loss.backward()
-        v_loss = self._value_backward(ids, rows, w, targets) if self.critic is not None else torch.zeros(())
+        v_loss = self._value_backward(ids, rows, w, targets, layout) if self.critic is not None else torch.zeros(())
         with torch.no_grad():
             return torch.stack([loss.detach(), (k3(logp, behaviour) * m).sum(), (kl_ref * m).sum(),
                                 (entropy * m).sum(), (policy.clipped.float() * m).sum(), v_loss])
@@ -180,7 +180,7 @@ class Trainer:
         with torch.no_grad():
             for rows in micro:
                 width = int(batch.seq_lens[rows].max())
-                values[rows, : width - 1] = self.critic.values(batch.input_ids[rows, :width])
+                values[rows, : width - 1] = self._values(batch, rows, width)
         values = values * mask
         adv, returns = gae(last_token_rewards(batch.rewards, mask), values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
@@ -196,12 +196,21 @@ class Trainer:
             return layout.logprobs(model, self.temperature, with_entropy)
         return token_logprobs(model, batch.input_ids[rows, :width], self.temperature, with_entropy)
 
-    def _value_backward(self, ids: torch.Tensor, rows: torch.Tensor, w: torch.Tensor, targets: _Targets) -> torch.Tensor:
+    def _values(self, batch: Batch, rows: torch.Tensor, width: int, layout: Layout | None = None) -> torch.Tensor:
+        """The critic's values of `rows` [n, width-1]: shared prompts packed, or one row per sample."""
+        assert self.critic is not None
+        if layout is None and self._sharing(batch):
+            layout = shared_prompt_layout(batch, rows, width)
+        return layout.values(self.critic) if layout is not None else self.critic.values(batch.input_ids[rows, :width])
+
+    def _value_backward(self, ids: torch.Tensor, rows: torch.Tensor, w: torch.Tensor, targets: _Targets,
+                        layout: Layout | None) -> torch.Tensor:
         """The critic's clipped value loss on one micro-batch, weighted like the policy's."""
         assert self.critic is not None and targets.values is not None and targets.returns is not None
         self.critic.train()
         t = w.shape[1]
-        per_token = value_loss(self.critic.values(ids), targets.values[rows, :t], targets.returns[rows, :t],
+        values = layout.values(self.critic) if layout is not None else self.critic.values(ids)
+        per_token = value_loss(values, targets.values[rows, :t], targets.returns[rows, :t],
                                self.algo.value_clip)
         loss = (per_token * w).sum()
         loss.backward()
