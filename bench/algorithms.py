@@ -5,7 +5,8 @@ once per variant, one after another, each as the CLI runs it (`tempering train`)
 run's `summary.json`:
 - `grpo`: the demo as shipped (GRPO advantages, PPO's clipped objective, GRPO's aggregation);
 - `ppo`: PPO with a value model (`algorithm.advantage = "gae"`: the trainer keeps a critic);
-- `dapo`: DAPO (token-mean aggregation, clip-higher, overlong shaping, dynamic sampling);
+- `dapo`: DAPO (token-mean aggregation, clip-higher, dynamic sampling); `dapo_overlong` adds
+  its overlong shaping, which the demo's budget-filling answers are the wrong place for;
 - `gspo`, `cispo`, `reinforce_pp`: the other objectives and the batch-normalised advantage.
 Every variant starts from the same seed, so from the same warm-up and the same baseline.
 Prints one JSON object: per variant `baseline_accuracy`, `final_accuracy`, `ratio` (final /
@@ -28,8 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "grpo": [],
     "ppo": ["--algorithm.advantage=gae"],
+    # no overlong shaping: the demo's answers fill its 20-token budget by design (a sorted list is
+    # as long as the list), and a buffer of 4 punished right answers (sorting fell to 0)
     "dapo": ["--algorithm.aggregation=token_mean", "--algorithm.clip_low=0.2", "--algorithm.clip_high=0.28",
-             "--algorithm.overlong_buffer=4", "--buffer.dynamic_sampling=16"],
+             "--buffer.dynamic_sampling=16"],
+    "dapo_overlong": ["--algorithm.aggregation=token_mean", "--algorithm.clip_low=0.2", "--algorithm.clip_high=0.28",
+                      "--algorithm.overlong_buffer=4", "--buffer.dynamic_sampling=16"],
     "gspo": ["--algorithm.loss=gspo"],
     "cispo": ["--algorithm.loss=cispo"],
     "reinforce_pp": ["--algorithm.advantage=reinforce_pp_baseline"],
