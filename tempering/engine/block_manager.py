@@ -94,6 +94,11 @@ class BlockManager:
         seq.block_table = []
         seq.num_dropped = seq.num_registered = 0
 
+    def exclusive(self, blocks: list[int]) -> bool:
+        """Whether one sequence alone references each of `blocks` (none shared by a fork or
+        another sequence's prefix-cache hit), so moving their KV elsewhere affects no one else."""
+        return all(block != DROPPED and self.ref[block] == 1 for block in blocks)
+
     def match_prefix(self, seq: Sequence, version: int) -> int:
         """Take the cached blocks that start `seq` (always leaving one token to compute, whose
         logits are needed) and mark their tokens computed. -> tokens reused."""

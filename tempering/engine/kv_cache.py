@@ -1,47 +1,80 @@
 """`KVPool`: the paged KV storage, one tensor per layer for keys and one for values.
 
 Layout is slot-major, `[num_blocks * block_size, kv_heads, head_dim]`, where slot =
-block * block_size + offset: writing a step's tokens is one `index_copy_` and reading a batch's
+block * block_size + offset, on the model's device: writing a step's tokens is one `index_copy_` and reading a batch's
 context is one `index_select` per layer into a buffer reused by every layer (measured here:
 gathering slot-major rows is about 3x cheaper than head-major ones, and attention over the
 gathered view is cheaper too). With `dtype="int8"` values are stored quantized with per-token
-scales (see kv_quant) and dequantized on gather. This module knows nothing of sequences.
+scales (see kv_quant) and dequantized on gather. With `summaries`, it keeps each block's
+elementwise min and max key per layer as keys are written (block-sparse attention scores blocks
+by them, `sparse`). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
+step did not touch leave memory after it (`kv_offload`). This module knows nothing of sequences.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from tempering.engine.kv_offload import Offload
 from tempering.engine.kv_quant import dequantize, quantize
 
 
 class KVPool:
     def __init__(self, layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
-                 dtype: str = "fp32"):
+                 dtype: str = "fp32", device: torch.device | str = "cpu", model_dtype: torch.dtype = torch.float32,
+                 summaries: bool = False, offload_dir: str | Path | None = None):
         if dtype not in ("fp32", "int8"):
             raise ValueError(f"KVPool: kv dtype must be 'fp32' or 'int8', got {dtype!r}")
         self.block_size, self.kv_heads, self.head_dim = block_size, kv_heads, head_dim
         self.quantized = dtype == "int8"
+        # "fp32" keeps keys and values as the model computes them (its dtype: bf16 on a GPU)
+        self.device, self.dtype = torch.device(device), model_dtype
         slots = num_blocks * block_size
-        store = torch.int8 if self.quantized else torch.float32
+        store = torch.int8 if self.quantized else model_dtype
+        on = {"device": self.device}
         # torch.empty: pages are only touched (and counted by the OS) once written.
-        self.k = [torch.empty(slots, kv_heads, head_dim, dtype=store) for _ in range(layers)]
-        self.v = [torch.empty(slots, kv_heads, head_dim, dtype=store) for _ in range(layers)]
+        self.offload = None
+        if offload_dir:
+            if self.device.type != "cpu":
+                raise ValueError(f"engine.kv_offload_dir: only a CPU pool is offloaded to a file, this one is on "
+                                 f"{self.device}")
+            block_bytes = block_size * kv_heads * head_dim * store.itemsize
+            self.offload = Offload(offload_dir, layers, num_blocks, block_bytes)
+            files, shape = self.offload.files, (slots, kv_heads, head_dim)
+            self.k = [files.tensor(2 * i, shape, store) for i in range(layers)]
+            self.v = [files.tensor(2 * i + 1, shape, store) for i in range(layers)]
+        else:
+            self.k = [torch.empty(slots, kv_heads, head_dim, dtype=store, **on) for _ in range(layers)]
+            self.v = [torch.empty(slots, kv_heads, head_dim, dtype=store, **on) for _ in range(layers)]
         if self.quantized:
-            self.k_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
-            self.v_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16) for _ in range(layers)]
-        self._bufs = [(torch.empty(0), torch.empty(0)), (torch.empty(0), torch.empty(0))]
+            self.k_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16, **on) for _ in range(layers)]
+            self.v_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16, **on) for _ in range(layers)]
+        # block-sparse attention's block summaries: each block's elementwise min and max key
+        self.summarised = summaries
+        if summaries:
+            self.k_min = [torch.full((num_blocks, kv_heads, head_dim), torch.inf, dtype=model_dtype, **on)
+                          for _ in range(layers)]
+            self.k_max = [torch.full((num_blocks, kv_heads, head_dim), -torch.inf, dtype=model_dtype, **on)
+                          for _ in range(layers)]
+        empty = torch.empty(0, dtype=model_dtype, **on)
+        self._bufs = [(empty, empty), (empty, empty)]
 
     @property
     def bytes_per_token(self) -> int:
         """Stored bytes per token position over all layers, keys and values, scales included."""
-        per = self.kv_heads * self.head_dim * (1 if self.quantized else 4)
+        per = self.kv_heads * self.head_dim * (1 if self.quantized else self.dtype.itemsize)
         if self.quantized:
             per += self.kv_heads * 2  # the fp16 scale
         return 2 * len(self.k) * per
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots [N]; k, v [N, kv_heads, head_dim]."""
+        if self.offload is not None:
+            self.offload.touch(layer, torch.div(slots, self.block_size, rounding_mode="floor"), write=True)
+        if self.summarised:
+            self._summarise(layer, slots, k)
         if self.quantized:
             qk, sk = quantize(k)
             qv, sv = quantize(v)
@@ -54,15 +87,18 @@ class KVPool:
             self.v[layer].index_copy_(0, slots, v)
 
     def gather(self, layer: int, index: torch.Tensor, buffer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """index [M] slots -> k, v [M, kv_heads, head_dim] fp32, valid until the next gather
+        """index [M] slots -> k, v [M, kv_heads, head_dim] in the model's dtype, valid until the next gather
         into the same `buffer` (0 or 1: two gathers can be alive at once)."""
         m = index.numel()
         bk, bv = self._bufs[buffer]
         if bk.shape[0] < m:
             shape = (max(m, 2 * bk.shape[0]), self.kv_heads, self.head_dim)
-            bk, bv = torch.empty(shape), torch.empty(shape)
+            bk, bv = torch.empty(shape, dtype=self.dtype, device=self.device), torch.empty(
+                shape, dtype=self.dtype, device=self.device)
             self._bufs[buffer] = (bk, bv)
         bk, bv = bk[:m], bv[:m]
+        if self.offload is not None:
+            self.offload.prefetch(layer, torch.div(index, self.block_size, rounding_mode="floor"))
         if not self.quantized:
             torch.index_select(self.k[layer], 0, index, out=bk)
             torch.index_select(self.v[layer], 0, index, out=bv)
@@ -71,11 +107,37 @@ class KVPool:
         dequantize(self.v[layer].index_select(0, index), self.v_scale[layer].index_select(0, index), out=bv)
         return bk, bv
 
+    def _summarise(self, layer: int, slots: torch.Tensor, k: torch.Tensor) -> None:
+        """Fold the keys written into their blocks' min and max; a block written at its first
+        slot starts over (it was free, and may hold another sequence's summary)."""
+        blocks = torch.div(slots, self.block_size, rounding_mode="floor")
+        fresh = blocks[slots % self.block_size == 0]
+        self.k_min[layer].index_fill_(0, fresh, torch.inf)
+        self.k_max[layer].index_fill_(0, fresh, -torch.inf)
+        index = blocks[:, None, None].expand_as(k)
+        self.k_min[layer].scatter_reduce_(0, index, k, "amin")
+        self.k_max[layer].scatter_reduce_(0, index, k, "amax")
+
     def copy_block(self, src: int, dst: int, count: int) -> None:
         """Copy the first `count` slots of block `src` into block `dst` in every layer (fork)."""
         bs = self.block_size
         a, b = slice(src * bs, src * bs + count), slice(dst * bs, dst * bs + count)
+        if self.offload is not None:
+            for layer in range(len(self.k)):
+                self.offload.prefetch(layer, torch.tensor([src], device=self.device))
+                self.offload.touch(layer, torch.tensor([dst], device=self.device), write=True)
         tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.quantized else [])
+        if self.summarised:  # src's summary covers the copied keys (and maybe more: a looser bound)
+            for lo, hi in zip(self.k_min, self.k_max):
+                lo[dst], hi[dst] = lo[src], hi[src]
         for per_layer in tensors:
             for t in per_layer:
                 t[b] = t[a]
+
+    def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """An int8 pool's keys, values and their scales in `layer` (the whole tensors, for
+        attention that reads int8 itself, `int8_attention`), after what a gather of `index` does
+        first (an offloaded pool's prefetch)."""
+        if self.offload is not None:
+            self.offload.prefetch(layer, torch.div(index, self.block_size, rounding_mode="floor"))
+        return self.k[layer], self.v[layer], self.k_scale[layer], self.v_scale[layer]

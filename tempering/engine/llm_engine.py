@@ -29,6 +29,9 @@ from tempering.errors import UserError
 from tempering.config import EngineConfig
 from tempering.engine.block_manager import BlockManager
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.kv_swap import SwapSpace
+from tempering.engine.kv_usage import KVUsage, kv_usage
+from tempering.engine.sparse import SparseSpec
 from tempering.engine.model_runner import ModelRunner
 from tempering.engine.outputs import CompletionOutput, RequestOutput
 from tempering.engine.sampling_params import SamplingParams
@@ -57,13 +60,21 @@ class LLM:
         self.eos_token_ids = frozenset(eos)
         arch = model.arch
         num_blocks = self._num_blocks()
+        weight = next(model.parameters())
+        bad = [layer for layer in cfg.sparse_layers if layer >= arch.num_hidden_layers]
+        if bad:
+            raise ValueError(f"LLM: sparse_layers {bad} are not layers of a {arch.num_hidden_layers}-layer model")
+        sparse = SparseSpec(cfg.sparse_topk, cfg.sparse_sink_blocks, cfg.sparse_local_blocks) if cfg.sparse_topk else None
         self.pool = KVPool(arch.num_hidden_layers, num_blocks, cfg.block_size, arch.num_key_value_heads,
-                           arch.head_dim, cfg.kv_dtype)
+                           arch.head_dim, cfg.kv_dtype, weight.device, weight.dtype, summaries=sparse is not None,
+                           offload_dir=cfg.kv_offload_dir or None)
         self.blocks = BlockManager(num_blocks, cfg.block_size, cfg.prefix_cache, cfg.sliding_window,
                                    cfg.attention_sinks)
-        self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens)
+        swap = SwapSpace(self.pool, cfg.swap_blocks) if cfg.swap_blocks else None
+        self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens, swap)
         self.runner = ModelRunner(model, self.pool, cfg.sliding_window, cfg.attention_sinks,
-                                  cfg.attention == "flex", cfg.compile_flex)
+                                  cfg.attention == "flex", cfg.compile_flex, sparse,
+                                  frozenset(cfg.sparse_layers or range(arch.num_hidden_layers)))
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
         self._version = version
@@ -91,7 +102,7 @@ class LLM:
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         """Copy `state` (names as in the decoder's state_dict) into the engine's model. No KV of
-        the old policy is used again: running sequences are recomputed, the prefix cache is
+        the old policy is used again: running and swapped sequences are recomputed, the prefix cache is
         emptied (also when only the version number changes: the version is the cache's salt)."""
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
@@ -175,6 +186,10 @@ class LLM:
                 seq.finish_reason, seq.text = "abort", self._text(seq)
         return self._output(req, finished=True)
 
+    def kv_usage(self) -> KVUsage:
+        """The KV bytes the engine holds, where and why (`kv_usage`)."""
+        return kv_usage(self.pool, self.blocks, self.scheduler.swap)
+
     def has_unfinished(self) -> bool:
         return bool(self.requests)
 
@@ -192,6 +207,8 @@ class LLM:
             raise RuntimeError("engine: requests are unfinished but nothing could be scheduled "
                                f"({self.blocks.num_available} free KV blocks)")
         tokens, logprobs = self.runner.run(scheduled)
+        if self.pool.offload is not None:
+            self.pool.offload.evict()
         self.scheduler.update(scheduled, self._version)
         self._account(scheduled)
         outputs = self._postprocess([s for s, _ in scheduled.sampled], tokens, logprobs)

@@ -19,6 +19,7 @@ from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChu
                                          cascade_available, flex_block_mask, visible)
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.sampler import sample
+from tempering.engine.sparse import SparseRows, SparseSpec
 from tempering.engine.scheduler import SchedulerOutput
 from tempering.engine.sequence import Sequence
 from tempering.models import Decoder
@@ -31,8 +32,11 @@ MIN_BUCKET_ROWS = 8  # below this a separate attention call costs more than the 
 
 class ModelRunner:
     def __init__(self, model: Decoder, pool: KVPool, window: int = 0, sinks: int = 0,
-                 flex: bool = False, compile_flex: bool = False):
+                 flex: bool = False, compile_flex: bool = False, sparse: SparseSpec | None = None,
+                 sparse_layers: frozenset[int] = frozenset()):
         self.model, self.pool = model, pool
+        self.sparse, self.sparse_layers = sparse, sparse_layers
+        self.device = pool.device  # every index tensor is made there: the engine runs where the model is
         self.bs = pool.block_size
         self.window, self.sinks = window, sinks
         self.flex, self.compile_flex = flex, compile_flex
@@ -52,14 +56,23 @@ class ModelRunner:
         while num_decode < len(items) and items[num_decode][1] == 1:
             num_decode += 1
         meta = StepMeta(write_slots=self._write_slots(items, num_decode), num_decode=num_decode)
+        dense = self.sparse is None or len(self.sparse_layers) < len(self.model.model.layers)
         if num_decode:
-            self._decode_meta(meta, [s for s, _ in items[:num_decode]])
+            decoding = [s for s, _ in items[:num_decode]]
+            if dense:
+                self._decode_meta(meta, decoding)
+            if self.sparse is not None:
+                meta.sparse_decode = self._sparse_rows([(s, s.num_computed, 1, i) for i, s in enumerate(decoding)])
         offset = num_decode
         for seq, count in items[num_decode:]:
-            meta.prefills.append(self._prefill_chunk(seq, offset, count))
+            chunk = self._prefill_chunk(seq, offset, count) if dense or seq.num_computed == 0 else PrefillChunk(
+                offset, count)
+            if self.sparse is not None and seq.num_computed > 0:  # a first chunk reads only itself: dense
+                chunk.sparse = self._sparse_rows(self._query_blocks(seq, offset, count))
+            meta.prefills.append(chunk)
             offset += count
-        attention = PagedAttention(self.pool, meta, self.flex, self.compile_flex)
-        hidden = self.model.hidden_states(torch.tensor([ids]), torch.tensor([positions]), attention)
+        attention = PagedAttention(self.pool, meta, self.flex, self.compile_flex, self.sparse, self.sparse_layers)
+        hidden = self.model.hidden_states(self._t([ids]), self._t([positions]), attention)
         for src, dst, slots in step.copies:  # a fork's partial block: this forward has just written it
             self.pool.copy_block(src, dst, slots)
         if not step.sampled:
@@ -71,31 +84,53 @@ class ModelRunner:
         logits = self.model.lm_head(hidden[0, [ends[k] - 1 for k in row_of]]).float()
         rows = [row_of[k] for _, k in step.sampled]
         if rows != list(range(len(rows))):
-            logits = logits.index_select(0, torch.tensor(rows))
+            logits = logits.index_select(0, self._t(rows))
         seqs = [s for s, _ in step.sampled]
         ps = [s.params for s in seqs]
-        tokens, logprobs = sample(logits, torch.tensor([p.temperature for p in ps]),
-                                  torch.tensor([p.top_p for p in ps]), torch.tensor([p.top_k for p in ps]),
+        tokens, logprobs = sample(logits, self._t([p.temperature for p in ps]),
+                                  self._t([p.top_p for p in ps]), self._t([p.top_k for p in ps]),
                                   [s.generator for s in seqs])
         return tokens.tolist(), logprobs.tolist()
+
+    def _query_blocks(self, seq: Sequence, offset: int, count: int) -> list[tuple[Sequence, int, int, int]]:
+        """A prefill chunk's queries cut at block boundaries: (seq, first position, count, token offset)."""
+        out, pos, end = [], seq.num_computed, seq.num_computed + count
+        while pos < end:
+            stop = min(end, (pos // self.bs + 1) * self.bs)
+            out.append((seq, pos, stop - pos, offset + pos - seq.num_computed))
+            pos = stop
+        return out
+
+    def _sparse_rows(self, rows: list[tuple[Sequence, int, int, int]]) -> SparseRows:
+        """Query rows (seq, first position, count, first token) -> their `SparseRows`."""
+        width = max(len(seq.block_table) for seq, *_ in rows)
+        q = max(count for _, _, count, _ in rows)
+        tokens = [[t + i if i < count else -1 for i in range(q)] for _, _, count, t in rows]
+        positions = [[p + i if i < count else -1 for i in range(q)] for _, p, count, _ in rows]
+        tables = [seq.block_table + [0] * (width - len(seq.block_table)) for seq, *_ in rows]
+        blocks = [(p + count - 1) // self.bs + 1 for _, p, count, _ in rows]
+        return SparseRows(self._t(tokens), self._t(positions), self._t(tables, dtype=torch.long), self._t(blocks))
+
+    def _t(self, data, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.tensor(data, dtype=dtype, device=self.device)
 
     def _write_slots(self, items: list[tuple[Sequence, int]], num_decode: int) -> torch.Tensor:
         bs, slots = self.bs, []
         for seq, _ in items[:num_decode]:
             p = seq.num_computed
             slots.append(seq.block_table[p // bs] * bs + p % bs)
-        head = torch.tensor(slots, dtype=torch.long)
+        head = self._t(slots, dtype=torch.long)
         parts = [head]
         for seq, count in items[num_decode:]:
-            pos = torch.arange(seq.num_computed, seq.num_computed + count)
-            table = torch.tensor(seq.block_table, dtype=torch.long)
+            pos = torch.arange(seq.num_computed, seq.num_computed + count, device=self.device)
+            table = self._t(seq.block_table, dtype=torch.long)
             parts.append(table[pos // bs] * bs + pos % bs)
         return torch.cat(parts) if len(parts) > 1 else head
 
     def _key_positions(self, lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions each decode query reads: all of [0, length) or, with a window, the sinks and
         the last `window` tokens. -> positions [B, width], valid [B, width]."""
-        j = torch.arange(width)[None, :]
+        j = torch.arange(width, device=self.device)[None, :]
         pos = j.expand(len(lengths), width)
         if self.window:
             span = self.sinks + self.window
@@ -110,14 +145,14 @@ class ModelRunner:
         return torch.where(valid & (block >= 0), slots, 0)
 
     def _decode_meta(self, meta: StepMeta, seqs: list[Sequence]) -> None:
-        lengths = torch.tensor([s.num_computed + 1 for s in seqs])
+        lengths = self._t([s.num_computed + 1 for s in seqs])
         widest = max(len(s.block_table) for s in seqs)
-        table = torch.tensor([s.block_table + [0] * (widest - len(s.block_table)) for s in seqs])
-        starts = torch.zeros(len(seqs), dtype=torch.long)
+        table = self._t([s.block_table + [0] * (widest - len(s.block_table)) for s in seqs])
+        starts = torch.zeros(len(seqs), dtype=torch.long, device=self.device)
         if self.cascade:
             for rows, blocks in self._shared_prefixes(seqs):
-                meta.shared.append(SharedPrefix(torch.tensor(rows), table[rows[0], :blocks].repeat_interleave(
-                    self.bs) * self.bs + torch.arange(self.bs).repeat(blocks)))
+                meta.shared.append(SharedPrefix(self._t(rows), table[rows[0], :blocks].repeat_interleave(
+                    self.bs) * self.bs + torch.arange(self.bs, device=self.device).repeat(blocks)))
                 starts[rows] = blocks * self.bs
                 self.shared_prefix_reads += len(rows)
         own = lengths - starts
@@ -129,7 +164,7 @@ class ModelRunner:
             index = self._slots(table[lo:hi], pos + starts[lo:hi, None], valid).reshape(-1)
             bucket = DecodeBucket(lo, hi, width, index, valid[:, None, None, :])
             if meta.shared:
-                bucket.bias = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf"))[:, None, None, :]
+                bucket.bias = torch.zeros(valid.shape, dtype=self.pool.dtype, device=self.device).masked_fill_(~valid, float("-inf"))[:, None, None, :]
             meta.decode.append(bucket)
 
     def _shared_prefixes(self, seqs: list[Sequence]) -> list[tuple[list[int], int]]:
@@ -160,12 +195,14 @@ class ModelRunner:
         end = first + count
         if self.window:
             lo = max(self.sinks, first - self.window + 1)
-            k_pos = torch.cat([torch.arange(min(self.sinks, lo)), torch.arange(lo, end)])
+            # a first chunk shorter than the sinks reads only itself (it lies within them)
+            k_pos = torch.cat([torch.arange(min(self.sinks, lo, end), device=self.device),
+                               torch.arange(lo, max(lo, end), device=self.device)])
         else:
-            k_pos = torch.arange(end)
-        q_pos = torch.arange(first, end)
-        table = torch.tensor([seq.block_table], dtype=torch.long)
-        index = self._slots(table, k_pos[None], torch.ones(1, len(k_pos), dtype=torch.bool))[0]
+            k_pos = torch.arange(end, device=self.device)
+        q_pos = torch.arange(first, end, device=self.device)
+        table = self._t([seq.block_table], dtype=torch.long)
+        index = self._slots(table, k_pos[None], torch.ones(1, len(k_pos), dtype=torch.bool, device=self.device))[0]
         chunk = PrefillChunk(start, count, index, visible(q_pos[:, None], k_pos[None, :], self.window, self.sinks))
         if self.flex:
             if self.compile_flex:  # compiled kernels are per shape: pad to few shapes

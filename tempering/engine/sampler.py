@@ -46,12 +46,15 @@ def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torc
     per row (measured: 0.45 ms a row at a 16k vocabulary, most of a decode step's sampling time).
     Seeded rows draw their uniform from their own generator, so their samples do not depend on
     what else is in the batch."""
-    u = torch.empty(len(generators), dtype=torch.float64)
+    # drawn on the host, where the requests' generators are, whatever device the logits are on
+    u = torch.empty(len(generators), dtype=torch.float64, device="cpu")
     if all(g is None for g in generators):
         u.uniform_()
     else:
         for i, g in enumerate(generators):
-            u[i] = torch.rand((), dtype=torch.float64, generator=g) if g is not None else torch.rand(())
+            u[i] = torch.rand((), dtype=torch.float64, generator=g, device="cpu") if g is not None else torch.rand(
+                (), device="cpu")
+    u = u.to(probs.device)
     cdf = probs.cumsum(-1)  # fp32: its rounding moves no probability by more than ~1e-7
     tokens = torch.searchsorted(cdf, (u * cdf[:, -1].double()).float()[:, None], right=True).squeeze(1)
     tokens = tokens.clamp_(max=probs.shape[-1] - 1)

@@ -5,9 +5,14 @@ Continuous batching under a token budget: running sequences go first, oldest fir
 costs one token, a prompt being prefilled takes the chunk the budget allows), then waiting
 sequences are admitted in arrival order while the budget, the batch size and the free blocks
 allow. An admitted sequence first takes what the prefix cache holds of it. When a running
-sequence needs a block and none is free, the newest running sequences are preempted by
-recompute: their blocks are released (full ones stay cached, so recomputing often hits) and they
-go back to the front of the queue with all their tokens.
+sequence needs a block and none is free, the newest running sequences are preempted. With a
+swap space (kv_swap, `engine.swap_blocks`) a sequence whose blocks are all its own has their KV
+copied there and the blocks freed; swapped sequences resume before any waiting one is admitted
+(as in vLLM), into fresh blocks with their KV copied back, and compute nothing again. Otherwise
+(no swap space or too little of it, shared blocks, a sliding window) it is preempted by
+recompute: its blocks are released (full ones stay cached, so recomputing often hits) and it
+goes back to the front of the queue with all its tokens. The copies are made here, between
+steps, when the model runner is not using the blocks.
 
 The n samples of a request wait while the first computes their shared prompt; in the step that
 completes it they fork from it (the block manager shares its full blocks) and sample from the
@@ -30,6 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tempering.engine.block_manager import BlockManager
+from tempering.engine.kv_swap import SwapSpace
 from tempering.engine.sequence import Sequence, Status
 
 
@@ -45,13 +51,16 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_batch_size: int, max_batched_tokens: int):
-        self.blocks = blocks
+    def __init__(self, blocks: BlockManager, max_batch_size: int, max_batched_tokens: int,
+                 swap: SwapSpace | None = None):
+        self.blocks, self.swap = blocks, swap  # swap None: preempt by recompute only
         self.max_batch_size, self.max_batched_tokens = max_batch_size, max_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.swapped: deque[Sequence] = deque()  # preempted with their KV in `swap`, next to resume first
         self.forks: dict[Sequence, list[Sequence]] = {}  # a request's first sample -> the others
-        self.preemptions = 0
+        self.preemptions = 0  # by recompute
+        self.swaps_out = self.swaps_in = 0  # preemptions by swap, and resumptions from it
         self.hold = False  # admit only sequences in flight (a weight load waits for them)
         # admitted once, with their forks, and not finished: what a hold lets finish
         self.started: set[Sequence] = set()
@@ -86,6 +95,9 @@ class Scheduler:
         pending forks (abort) dropped."""
         if seq.status is Status.WAITING:
             self.waiting.remove(seq)
+        elif seq.status is Status.SWAPPED:
+            self.swapped.remove(seq)
+            self._drop_swap(seq)
         for child in self.forks.pop(seq, ()):
             self.started.discard(child)
         self.started.discard(seq)
@@ -106,7 +118,9 @@ class Scheduler:
             items.append((seq, count))
             budget -= count
             i += 1
-        while budget > 0 and not self.batch_full:
+        budget = self._swap_in(items, budget)
+        # Swapped sequences come first: while one waits for blocks, nothing new takes them.
+        while not self.swapped and budget > 0 and not self.batch_full:
             seq = self._next_waiting()
             if seq is None:
                 break
@@ -129,6 +143,23 @@ class Scheduler:
                 if seq in self.forks:
                     self._fork(seq, seq.num_computed + count, k, out)
         return out
+
+    def _swap_in(self, items: list[tuple[Sequence, int]], budget: int) -> int:
+        """Resume swapped sequences, in order, while they fit: fresh blocks, their KV copied back
+        from the swap space. -> the token budget left."""
+        while self.swapped and budget > 0 and not self.batch_full:
+            seq = self.swapped[0]
+            count = min(seq.pending, budget)
+            if not self.blocks.ensure(seq, seq.num_computed + count):
+                break
+            self.swap.swap_in(seq.swap_table, seq.block_table[:len(seq.swap_table)])
+            seq.swap_table = []
+            self.swapped.popleft()
+            self.admit(seq)
+            items.append((seq, count))
+            budget -= count
+            self.swaps_in += 1
+        return budget
 
     def _next_waiting(self) -> Sequence | None:
         """The sequence to admit next: the queue's head, or under a hold the first in flight."""
@@ -154,11 +185,16 @@ class Scheduler:
             self.blocks.computed(seq, count, version)
 
     def preempt_all(self) -> None:
-        """Send every running sequence back to the queue to be recomputed (new weights)."""
+        """Send every running and swapped sequence back to the queue to be recomputed (new
+        weights: no KV computed under the old ones may be used again, swapped KV included)."""
         for seq in reversed(self.running):
             if seq.status is Status.RUNNING:
-                self._preempt(seq)
+                self._recompute(seq)
         self.running = []
+        while self.swapped:  # to the very front, in their order: they had priority
+            seq = self.swapped.pop()
+            self._drop_swap(seq)
+            self._recompute(seq)
 
     def _make_room(self, seq: Sequence, upto: int) -> bool:
         while not self.blocks.ensure(seq, upto):
@@ -169,9 +205,35 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence) -> None:
+        if not self._swap_out(seq):
+            self._recompute(seq)
+
+    def _recompute(self, seq: Sequence) -> None:
         self._undo(seq)
         self.add(seq, front=True)
         self.preemptions += 1
+
+    def _swap_out(self, seq: Sequence) -> bool:
+        """Preempt `seq` by swapping its computed blocks out. -> False (nothing done) without
+        room in the swap space, or when a block is shared (a fork's or another sequence's prefix
+        hit: its KV must stay in the pool for them, and freeing it frees nothing), or under a
+        sliding window (its table has holes where the window dropped blocks, which a swap-in
+        would have to recreate, and the sinks' blocks; not built: such sequences are recomputed)."""
+        if self.swap is None or self.blocks.window:
+            return False
+        kept = seq.block_table[: self.blocks.blocks_for(seq.num_computed)]
+        if not kept or len(kept) > self.swap.num_free or not self.blocks.exclusive(seq.block_table):
+            return False
+        seq.swap_table = self.swap.swap_out(kept)
+        self.blocks.release(seq)  # full blocks stay in the prefix cache; swap-in registers its own
+        seq.status = Status.SWAPPED
+        self.swapped.appendleft(seq)  # victims go newest first: the oldest ends at the front
+        self.swaps_out += 1
+        return True
+
+    def _drop_swap(self, seq: Sequence) -> None:
+        self.swap.release(seq.swap_table)
+        seq.swap_table = []
 
     def _undo(self, seq: Sequence) -> None:
         self.blocks.release(seq)

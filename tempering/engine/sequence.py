@@ -22,6 +22,7 @@ class Status(enum.Enum):
     WAITING = "waiting"  # needs (re)computing from num_computed; not in the batch
     FORK_PENDING = "fork_pending"  # a sibling waiting for sample 0 to finish the shared prompt
     RUNNING = "running"
+    SWAPPED = "swapped"  # preempted with its KV in the swap space (swap_table); not in the batch
     FINISHED = "finished"
 
 
@@ -44,6 +45,7 @@ class Sequence:
     num_registered: int = 0  # leading blocks already offered to the prefix cache
     hash_version: int | None = None  # the policy version block_hashes were salted with
     num_dropped: int = 0  # leading blocks freed by the sliding window (sinks excepted)
+    swap_table: list[int] = field(default_factory=list)  # swap-space blocks holding its KV while SWAPPED
 
     @property
     def max_len(self) -> int:

@@ -4,7 +4,8 @@
 each step returns (new tokens, finished outputs); HTTP handler threads (stdlib
 `ThreadingHTTPServer`) validate a request, hand it to the loop through a queue and wait on their
 own event queue with a deadline (`engine.request_timeout_s`, then 504). Routes:
-GET /health, GET /v1/models, POST /v1/completions, POST /v1/chat/completions (`stream` as
+GET /health, GET /v1/models, GET /kv_usage (the engine's KV bytes: held by sequences, cached,
+free, swapped, resident in memory, in the offload file), POST /v1/completions, POST /v1/chat/completions (`stream` as
 server-sent events, `n` > 1, several prompts). Bad requests get 4xx JSON errors in OpenAI's
 shape. No authentication and no TLS: put it behind a proxy for anything public.
 """
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tempering.engine import api
+from tempering.engine.kv_usage import KVUsage
 from tempering.engine.llm_engine import LLM
 from tempering.engine.sampling_params import SamplingParams
 
@@ -62,6 +64,13 @@ class EngineLoop:
     def cancel(self, ticket: Ticket) -> None:
         self.inbox.put(("abort", ticket, None, None))
 
+    def kv_usage(self, timeout_s: float) -> KVUsage:
+        """The engine's `kv_usage`, read between steps in the loop's thread (the engine is not
+        thread-safe). Raises queue.Empty past `timeout_s`."""
+        reply: queue.Queue = queue.Queue(maxsize=1)
+        self.inbox.put(("kv_usage", reply, None, None))
+        return reply.get(timeout=timeout_s)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._drain(wait=not self.engine.has_unfinished())
@@ -88,6 +97,8 @@ class EngineLoop:
             if op == "add":
                 ticket.request_id = self.engine.add_request(ids, params)
                 self.live[ticket.request_id] = ticket
+            elif op == "kv_usage":
+                ticket.put(self.engine.kv_usage())  # `ticket` is the asker's reply queue
             elif ticket.request_id in self.live:
                 self.live.pop(ticket.request_id)
                 self.engine.abort(ticket.request_id)
@@ -152,6 +163,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             return self._json(200, {"status": "ok"})
+        if self.path == "/kv_usage":
+            try:
+                usage = self.server.loop.kv_usage(self.server.engine.cfg.request_timeout_s)
+            except queue.Empty:
+                return self._json(504, api.ApiError(504, "the engine loop did not answer within "
+                                                    "engine.request_timeout_s", "timeout_error").body())
+            return self._json(200, usage.as_dict())
         if self.path == "/v1/models":
             return self._json(200, {"object": "list", "data": [
                 {"id": self.server.model_name, "object": "model", "owned_by": "tempering"}]})

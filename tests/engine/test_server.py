@@ -43,6 +43,24 @@ def test_health_and_models(server):
     assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny"
 
 
+def test_kv_usage_reports_the_prefix_cache_a_request_left():
+    srv = Server(tiny_engine(block_size=4, kv_blocks=32), port=0, model_name="tiny").start()
+    try:
+        before = json.loads(call(srv, "GET", "/kv_usage")[2])
+        assert before["running_bytes"] == before["cached_bytes"] == before["swapped_bytes"] == 0
+        status, _, _ = call(srv, "POST", "/v1/completions", {"prompt": "abcdefghijkl", "max_tokens": 3,
+                                                              "ignore_eos": True})
+        status, kind, body = call(srv, "GET", "/kv_usage")
+        after = json.loads(body)
+        assert status == 200 and kind == "application/json"
+        # the BOS and 12 prompt characters and 2 computed outputs: 3 full blocks stay cached
+        assert after["cached_bytes"] == 3 * after["block_bytes"] and after["running_bytes"] == 0
+        assert after["cached_bytes"] + after["free_bytes"] == 32 * after["block_bytes"]
+        assert after["device"] == "cpu" and after["resident_bytes"] > 0 and after["file_bytes"] == 0
+    finally:
+        srv.close()
+
+
 def test_completion_with_n_samples_and_several_prompts(server):
     status, _, body = call(server, "POST", "/v1/completions", {
         "model": "tiny", "prompt": ["ab", "cd"], "max_tokens": 5, "n": 3, "temperature": 1.0, "seed": 1,

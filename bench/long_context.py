@@ -1,0 +1,170 @@
+"""Long-context benchmark: one long prompt prefilled and 256 tokens decoded by the engine, dense
+attention (where it fits) and block-sparse (engine.sparse_*) in the same run, on a small
+random-init model. Prints one JSON object:
+
+    {"lengths": {"<tokens>": {"dense": {...}, "sparse": {...}}}, "model": {...}, "sparse": {...}}
+
+with, per mode, `prefill_s`, `decode_s` (256 greedy tokens), `peak_rss_gib` (of this process,
+so far: modes run in order, dense first), `kv_bytes_per_token`, and for sparse where dense ran,
+`top1_agreement` and `kl` (mean KL(dense || sparse) in nats) of the next-token distributions (and
+dense's mean entropy: a random-init model's are nearly flat, so top-1 flips on tiny changes) at
+`--probes` prompt prefixes spread over the prompt's second half (each prefix is prefilled on top
+of the one before through the prefix cache). Dense is skipped above `--dense-max` tokens.
+
+    python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--block 64] [--threads 2]
+        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tempering.engine import LLM, SamplingParams  # noqa: E402
+from tempering.models import Arch, build_model, load_hf  # noqa: E402
+from tempering.tokenizer import load_tokenizer  # noqa: E402
+
+NEW_TOKENS = 256
+
+
+def arch(max_len: int) -> Arch:
+    return Arch(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=64, max_position_embeddings=max_len, tie_word_embeddings=False)
+
+
+def rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def engine(model, length: int, args, sparse: bool) -> LLM:
+    options = {"sparse_topk": args.topk, "sparse_sink_blocks": args.sinks, "sparse_local_blocks": args.local,
+               "kv_dtype": args.kv_dtype, "kv_offload_dir": args.offload_dir} if sparse else {}
+    return LLM(model, max_seq_len=length + NEW_TOKENS + args.block, block_size=args.block, max_batch_size=1,
+               max_batched_tokens=args.chunk, **options)
+
+
+def prefill_and_decode(llm: LLM, prompt: list[int]) -> dict:
+    """Time to the first token (the prefill), then the rest of NEW_TOKENS greedy tokens."""
+    start = time.perf_counter()
+    llm.add_request(prompt, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True))
+    first = None
+    while llm.has_unfinished():
+        outputs = llm.step()
+        if first is None and any(o.outputs[0].token_ids for o in outputs):
+            first = time.perf_counter()
+            after_prefill = llm.kv_usage()
+    end = time.perf_counter()
+    held = llm.kv_usage()
+    return {"prefill_s": round(first - start, 3), "decode_s": round(end - first, 3),
+            "kv_bytes_per_token": llm.pool.bytes_per_token,
+            # what the engine reports it holds: the context's blocks, and of the pool's bytes how
+            # many are in memory and how many in the offload file (after the prefill, at the end)
+            "kv_gib": {"context": _gib(after_prefill.running_bytes), "resident_after_prefill":
+                       _gib(after_prefill.resident_bytes), "resident_at_end": _gib(held.resident_bytes),
+                       "in_file": _gib(held.file_bytes)}}
+
+
+def _gib(n: int) -> float:
+    return round(n / 2**30, 4)
+
+
+def distributions(llm: LLM, prompt: list[int], probes: list[int]) -> torch.Tensor:
+    """Next-token log-probabilities after each prefix prompt[:p] -> [len(probes), vocab]."""
+    seen: list[torch.Tensor] = []
+    hook = llm.model.lm_head.register_forward_hook(lambda m, i, out: seen.append(out[-1].float().log_softmax(-1)))
+    try:
+        out = []
+        for p in probes:
+            seen.clear()
+            llm.generate([prompt[:p]], SamplingParams(temperature=0, max_tokens=1))
+            out.append(seen[-1])
+        return torch.stack(out)
+    finally:
+        hook.remove()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lengths", default="8192,32768,131072,1048576")
+    ap.add_argument("--dense-max", type=int, default=32768)
+    ap.add_argument("--topk", type=int, default=16)
+    ap.add_argument("--sinks", type=int, default=1)
+    ap.add_argument("--local", type=int, default=2)
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--chunk", type=int, default=2048, help="max_batched_tokens: the prefill chunk")
+    ap.add_argument("--probes", type=int, default=32)
+    ap.add_argument("--kv-dtype", default="fp32", choices=["fp32", "int8"], help="the sparse mode's KV storage")
+    ap.add_argument("--offload-dir", default="",
+                    help="the sparse mode's engine.kv_offload_dir: cold KV blocks in a file there")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--text", default="", help="with --model: a text file whose tokens (repeated) are the prompt")
+    ap.add_argument("--model", default="", help="an HF model folder (a trained long-context model) instead of the "
+                    "random-init one; --logit-scale and --qk-scale are then ignored")
+    ap.add_argument("--qk-scale", type=float, default=1.0,
+                    help="multiplies q_proj and k_proj: > 1 concentrates a random-init model's attention")
+    ap.add_argument("--logit-scale", type=float, default=30.0,
+                    help="multiplies lm_head: a random-init model's distributions are nearly flat otherwise")
+    args = ap.parse_args()
+    if args.text and not args.model:
+        ap.error("--text needs --model (its tokenizer)")
+    torch.set_num_threads(args.threads)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if args.model:  # a trained model: its own attention and distributions, nothing scaled
+        model = load_hf(args.model).eval()
+        args.logit_scale = args.qk_scale = 1.0
+    else:
+        model = build_model(arch(max(lengths) + NEW_TOKENS + args.block), seed=0).eval()
+    with torch.no_grad():  # peaked next-token distributions, as a trained model's are (see entropy_nats)
+        model.lm_head.weight.mul_(args.logit_scale)
+        for layer in model.model.layers:  # peaked attention, as a trained model's mostly is
+            layer.self_attn.q_proj.weight.mul_(args.qk_scale)
+            layer.self_attn.k_proj.weight.mul_(args.qk_scale)
+    report: dict = {"model": {"parameters": sum(p.numel() for p in model.parameters()), "threads": args.threads,
+                              "path": args.model or None, "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
+                    "sparse": {"topk": args.topk, "sinks": args.sinks, "local": args.local, "block": args.block,
+                               "kv_dtype": args.kv_dtype, "offload": bool(args.offload_dir)},
+                    "lengths": {}}
+    text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []
+    for length in lengths:
+        g = torch.Generator().manual_seed(length)
+        if text_ids:  # the text repeated to the length (a trained model reads text, not random ids)
+            prompt = (text_ids * (length // len(text_ids) + 1))[:length]
+        else:
+            prompt = torch.randint(0, model.arch.vocab_size, (length,), generator=g).tolist()
+        # prefixes ending on block boundaries, so each probe's prefill reuses the one before
+        probes = sorted({(length // 2 + i * (length // 2) // args.probes) // args.block * args.block
+                         for i in range(args.probes)})
+        row: dict = {}
+        dists = {}
+        for mode in ("dense", "sparse"):
+            if mode == "dense" and length > args.dense_max:
+                continue
+            llm = engine(model, length, args, mode == "sparse")
+            row[mode] = prefill_and_decode(llm, prompt)
+            if "dense" in row:
+                llm = engine(model, length, args, mode == "sparse")  # a fresh cache: probes prefill anew
+                dists[mode] = distributions(llm, prompt, probes)
+            row[mode]["peak_rss_gib"] = round(rss_gib(), 3)
+            del llm
+        if len(dists) == 2:
+            d, s = dists["dense"], dists["sparse"]
+            row["sparse"]["top1_agreement"] = round(float((d.argmax(-1) == s.argmax(-1)).float().mean()), 4)
+            row["sparse"]["kl"] = round(float((d.exp() * (d - s)).sum(-1).mean()), 6)
+            # how peaked the dense distributions are: top-1 agreement means little when they are flat
+            row["dense"]["entropy_nats"] = round(float(-(d.exp() * d).sum(-1).mean()), 3)
+            row["sparse"]["probes"] = len(probes)
+        report["lengths"][str(length)] = row
+        print(json.dumps({"done": length, **row}), file=sys.stderr, flush=True)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""Block-sparse attention (engine.sparse): with every block selected it is dense attention (the
+dense engine is the oracle), in decode and chunked prefill, on all or some layers, with forks
+and prefix-cache hits; with few blocks selected each row reads only its sink, local and top-k
+blocks, and the top-k are the blocks whose keys match its query."""
+
+import pytest
+import torch
+
+from engine_helpers import ARCH, random_prompts
+from tempering.engine import LLM, SamplingParams
+from tempering.engine.kv_cache import KVPool
+from tempering.engine.sparse import SparseRows, SparseSpec, select
+
+SMALL_STEPS = {"max_batched_tokens": 32, "max_batch_size": 8}  # prompts prefill in chunks
+
+
+def _run(engine, prompts):
+    params = [SamplingParams(n=3, temperature=0, max_tokens=30, ignore_eos=True),
+              SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=30, ignore_eos=True)]
+    return [engine.generate(prompts, p) for p in params]  # the second hits the first's prefix cache
+
+
+@pytest.mark.parametrize("layers", [(), (1,)], ids=["every layer", "layer 1"])
+def test_every_block_selected_is_dense_attention(model, layers):
+    prompts = random_prompts(5, 30, 100, seed=6)
+    dense = _run(LLM(model, max_seq_len=256, **SMALL_STEPS), prompts)
+    # 64 blocks of 4 tokens cover the 130 positions of the longest sequence
+    sparse = _run(LLM(model, max_seq_len=256, sparse_topk=64, sparse_layers=layers, **SMALL_STEPS), prompts)
+    for a, b in zip(dense, sparse):
+        for x, y in zip(a, b):
+            for cx, cy in zip(x.outputs, y.outputs):
+                assert cy.token_ids == cx.token_ids
+                torch.testing.assert_close(torch.tensor(cy.logprobs), torch.tensor(cx.logprobs), atol=1e-5, rtol=0)
+
+
+def test_few_blocks_selected_change_the_result(model):
+    # the oracle above would hold if the sparse path never ran: here it must run, and differ
+    prompts = random_prompts(3, 90, 100, seed=6)
+    params = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    dense = LLM(model, max_seq_len=256, **SMALL_STEPS).generate(prompts, params)
+    sparse = LLM(model, max_seq_len=256, sparse_topk=1, sparse_local_blocks=1, **SMALL_STEPS).generate(prompts, params)
+    assert any((torch.tensor(a.outputs[0].logprobs) - torch.tensor(b.outputs[0].logprobs)).abs().max() > 1e-3
+               for a, b in zip(dense, sparse))
+
+
+def test_few_blocks_read_and_the_matching_block_chosen():
+    bs, kvh, d = 4, 1, 8
+    pool = KVPool(layers=1, num_blocks=16, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
+    g = torch.Generator().manual_seed(0)
+    keys = 0.1 * torch.randn(12 * bs, kvh, d, generator=g)
+    target = torch.zeros(d)
+    target[3] = 1.0
+    keys[6 * bs + 2, 0] = 5 * target  # one key in block 6 matches the query
+    table = torch.tensor([list(range(15, 3, -1))])  # the sequence's 12 blocks, in a scattered order
+    slots = (table[0, :, None] * bs + torch.arange(bs)).reshape(-1)
+    pool.write(0, slots, keys, keys)
+    spec = SparseSpec(topk=1, sinks=1, local=2)
+    rows = SparseRows(tokens=torch.tensor([[0]]), positions=torch.tensor([[12 * bs - 1]]), tables=table,
+                      num_blocks=torch.tensor([12]))
+    chosen = select(spec, pool, 0, target.view(1, 1, 1, d), rows)
+    assert sorted(chosen[0].tolist()) == [0, 6, 10, 11]  # the sink, the match, the two local blocks
+    # a context with fewer blocks than sinks + local + topk reads them all, once each
+    rows.num_blocks = torch.tensor([3])
+    rows.positions = torch.tensor([[3 * bs - 1]])
+    assert sorted(select(spec, pool, 0, target.view(1, 1, 1, d), rows)[0].tolist()) == [-1, 0, 1, 2]
+
+
+def test_query_blocks_of_one_chunk_score_as_if_each_were_alone():
+    # A prefill chunk's query blocks share their sequence's table, and `select` scores them
+    # against one copy of its summaries; each row alone takes the per-row path: the same choice.
+    bs, kvh, heads, d, blocks = 4, 2, 6, 8, 40
+    pool = KVPool(layers=1, num_blocks=48, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
+    g = torch.Generator().manual_seed(1)
+    table = torch.randperm(48, generator=g)[:blocks]
+    slots = (table[:, None] * bs + torch.arange(bs)).reshape(-1)
+    keys = torch.randn(blocks * bs, kvh, d, generator=g)
+    pool.write(0, slots, keys, keys)
+    r, nq = 5, bs  # the chunk's last 5 query blocks
+    q = torch.randn(r, nq, heads, d, generator=g)
+    first = (blocks - r) * bs
+    positions = torch.arange(first, blocks * bs).view(r, nq)
+    tokens = torch.arange(r * nq).view(r, nq)
+    tokens[-1, 2:] = -1  # the chunk ends inside its last block: padding queries
+    positions[-1, 2:] = -1
+    rows = SparseRows(tokens=tokens, positions=positions, tables=table.expand(r, blocks),
+                      num_blocks=torch.arange(blocks - r + 1, blocks + 1))
+    spec = SparseSpec(topk=4, sinks=1, local=2)
+    together = select(spec, pool, 0, q.masked_fill((tokens < 0)[:, :, None, None], 0), rows)
+    for i in range(r):
+        alone = SparseRows(tokens[i:i + 1], positions[i:i + 1], table[None], rows.num_blocks[i:i + 1])
+        one = select(spec, pool, 0, q[i:i + 1].masked_fill((tokens[i:i + 1] < 0)[:, :, None, None], 0), alone)
+        assert sorted(one[0].tolist()) == sorted(together[i].tolist()), i
+
+
+def test_block_summaries_bound_every_key_of_their_block(model):
+    engine = LLM(model, max_seq_len=256, sparse_topk=2, **SMALL_STEPS)
+    engine.generate(random_prompts(3, 40, 80, seed=2), SamplingParams(n=2, temperature=1.0, seed=1, max_tokens=20))
+    pool = engine.pool
+    for layer in range(ARCH.num_hidden_layers):
+        k = pool.k[layer].view(-1, pool.block_size, pool.kv_heads, pool.head_dim)
+        used = torch.isfinite(pool.k_min[layer]).all(-1).all(-1)  # blocks written since the pool began
+        assert used.sum() > 10
+        # a block's min and max bound the keys written into it (its first slot is always written)
+        first = k[used][:, 0]
+        assert (pool.k_min[layer][used] <= first).all() and (first <= pool.k_max[layer][used]).all()
+
+
+def test_sparse_settings_are_checked():
+    from tempering.config import ConfigError
+
+    with pytest.raises(ConfigError, match="engine.sparse_topk"):
+        LLM(torch.nn.Module(), sparse_topk=2, sliding_window=16)
+    with pytest.raises(ConfigError, match="engine.sparse_local_blocks"):
+        LLM(torch.nn.Module(), sparse_topk=2, sparse_local_blocks=0)
+
+
+def test_sparse_layers_outside_the_model_are_refused(model):
+    with pytest.raises(ValueError, match=r"sparse_layers \[5\] are not layers of a 2-layer model"):
+        LLM(model, sparse_topk=2, sparse_layers=(5,))
