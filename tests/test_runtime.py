@@ -1,66 +1,11 @@
-"""The embedded runtime: deadlines name the stalled component; worker failures surface."""
+"""What only the embedded runtime has: thread shares, stop requests, workers with processes of their
+own. Queues, events, workers and blobs are in the suite both runtimes pass (tests/runtime/test_conformance.py)."""
 
 import time
 
 import pytest
 
-from tempering.errors import UserError
-from tempering.runtime import LocalRuntime, Stall, WorkerFailed
-
-
-def _crash():
-    raise ValueError("rollout exploded")
-
-
-def _idle(seconds):
-    time.sleep(seconds)
-
-
-def test_get_deadline_names_component():
-    rt = LocalRuntime()
-    q = rt.queue(1)
-    start = time.monotonic()
-    with pytest.raises(Stall, match="rollout worker: nothing arrived for 0.5 s"):
-        q.get(0.5, "rollout worker")
-    assert time.monotonic() - start >= 0.5  # it raised at its deadline, not before
-
-
-def test_put_deadline_and_stop():
-    rt = LocalRuntime()
-    q = rt.queue(1)
-    assert q.put("a", 1, "trainer")
-    with pytest.raises(Stall, match="trainer: queue stayed full"):
-        q.put("b", 0.5, "trainer")
-    stop = rt.event()
-    stop.set()
-    assert q.put("b", 5, "trainer", stop) is False
-
-
-def _bad_input():
-    raise UserError("tasks.weights.chess: unknown domain")
-
-
-def test_worker_exception_reaches_the_waiter_with_its_traceback():
-    """A ValueError in a worker is a bug like any other (traceback); only a UserError is input
-    to fix, told in one line."""
-    rt = LocalRuntime()
-    for target, name, bad_input in ((_crash, "ValueError: rollout exploded", False),
-                                    (_bad_input, "UserError: tasks.weights.chess", True)):
-        worker = rt.spawn("rollout", target)
-        q = rt.queue(1)
-        with pytest.raises(WorkerFailed, match=f"worker rollout: {name}") as e:
-            q.get(60, "rollout worker", [worker])
-        assert e.value.bad_input == bad_input
-        assert "Traceback" in e.value.traceback and target.__name__ in e.value.traceback
-        worker.join(5)
-
-
-def test_join_terminates_a_stuck_worker():
-    rt = LocalRuntime()
-    worker = rt.spawn("idle", _idle, 60)
-    start = time.monotonic()
-    worker.join(timeout=0.5)
-    assert not worker.process.is_alive() and time.monotonic() - start < 10
+from tempering.runtime import LocalRuntime
 
 
 def test_threads_auto_splits_the_cores_and_oversubscription_warns(monkeypatch, capsys):
@@ -109,3 +54,12 @@ def test_a_worker_may_start_processes_of_its_own():
     worker = rt.spawn("rollout", _pool_in_worker, q)
     assert q.get(120, "rollout worker", [worker]) == 3
     worker.join(30)
+
+
+def test_the_embedded_runtime_never_imports_ray():
+    """Ray is an extra (tempering[ray]): the default path must run where it is not installed."""
+    import subprocess
+    import sys
+
+    code = "import sys, tempering.train, tempering.cli, tempering.runtime; print('ray' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -105,6 +105,27 @@ def test_sft_learns_a_fixed_mapping():
     assert last < 0.1 * first
 
 
+def test_latest_checkpoint_survives_a_torn_pointer_and_a_half_replaced_folder(tmp_path):
+    # A kill can land between the steps of a save: the pointer must never send --resume to a
+    # folder that is not a complete checkpoint, and a complete one must never be lost.
+    from tempering.trainer.checkpoint import latest_checkpoint, point_latest
+
+    root = tmp_path / "checkpoints"
+    assert latest_checkpoint(tmp_path) is None
+    for step in (2, 4):
+        (root / f"step-{step:06d}").mkdir(parents=True)
+        (root / f"step-{step:06d}" / "state.json").write_text("{}")
+    (root / ".tmp-step-000006").mkdir()  # a save killed before its rename
+    point_latest(root, "step-000002")
+    assert (root / "latest").read_text() == "step-000002" and latest_checkpoint(tmp_path) == root / "step-000002"
+    (root / "latest").write_text("")  # torn by a kill inside a plain write
+    assert latest_checkpoint(tmp_path) == root / "step-000004"
+    point_latest(root, "step-000008")  # names a folder removed before its replacement was renamed
+    assert latest_checkpoint(tmp_path) == root / "step-000004"
+    (root / "step-000004" / "state.json").unlink()  # incomplete folders are not checkpoints
+    assert latest_checkpoint(tmp_path) == root / "step-000002"
+
+
 def test_checkpoint_round_trip_restores_model_optimizer_and_rng(tmp_path):
     import random
 

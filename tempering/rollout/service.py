@@ -1,38 +1,44 @@
-"""`RolloutService`: the trainer's handle on its rollout worker, driven by the global scheduler.
+"""`RolloutService`: the trainer's handle on its rollout workers, driven by the global scheduler.
 
-It starts the worker (`runtime.local`), registers it with the `GlobalScheduler` as an engine
-replica (and, when a domain runs code, a sandbox node with the backend's slots), and sends it
-the groups the scheduler admits: at start, after every publish of new weights (the staleness
-bound moves) and after every batch the trainer takes (the buffer has room). Scored groups come
-back one by one; each is reported to the scheduler (usage, pass rates, curriculum) and filed in
+It starts `replicas` workers on the runtime it is given (`runtime.local` or `runtime.ray`),
+registers each with the `GlobalScheduler` as an engine replica (and, when a domain runs code, a
+sandbox node with the backend's slots), and sends each the groups the scheduler places on it:
+at start, after every publish of new weights (the staleness bound moves) and after every batch
+the trainer takes (the buffer has room). Scored groups of every replica come back through one
+`Inbox`, one by one; each is reported to the scheduler (usage, pass rates, curriculum) and filed in
 its batch, and `next_batch` returns batches in order once complete (with dynamic sampling, a
 group without reward variance stays in its batch, for the buffer to drop, and the scheduler
 orders one more in its place). It tells the scheduler the
 throughputs its fairness normalises by, as measured: the engine's tokens per second of
 generation and the groups per second the trainer takes (a batch's groups over the wall time
-since the previous batch, evaluations left out). It asks the worker for
-held-out evaluations too (on the worker's engine and sandbox: the trainer process builds
-neither). Every wait has the run's stall deadline and names the worker; a worker that raised or
-died surfaces at the next wait. Each batch carries what weight loads cost the worker
-(`SyncStats`) and the engine's busy seconds; `publish` returns how long its copy took.
+since the previous batch, evaluations left out). It asks one replica for held-out evaluations
+too (on its engine and sandbox: the trainer process builds neither). Every wait has the run's
+stall deadline and names the worker; a worker that raised surfaces at the next wait and ends
+the run. A replica whose worker died (its process, or its node on Ray) is lost: the scheduler
+drops it and re-places its groups in flight on the others (`requeued`), a result it sent
+before it was lost and whose group was re-placed is set aside (`superseded`: the re-run
+counts), an evaluation it was running is asked of another; with no replica left the run fails.
+`add_replica` adds capacity while running.
+Each batch carries what weight loads cost the workers (`SyncStats`, summed over replicas) and
+the engines' busy seconds; `publish` returns how long its copy took.
 """
 
 from __future__ import annotations
 
+import sys
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.records import Group
-from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec, run_rollout_worker
-from tempering.runtime import LocalRuntime
-from tempering.scheduler.global_ import GlobalScheduler, NodePolicy
-from tempering.weights import SyncStats, WeightStore
-
-REPLICA = "rollout-0"  # the embedded runtime's one engine replica, which is also its one sandbox node
+from tempering.rollout.replicas import Replicas
+from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
+from tempering.runtime import WorkerFailed
+from tempering.scheduler.global_ import GlobalScheduler, GroupOrder
+from tempering.weights import SyncStats
 
 
 @dataclass
@@ -43,15 +49,16 @@ class RolloutBatch:
     generated_tokens: int
     seconds: float  # from its groups' dispatch to its last group's score
     scheduler: dict[str, dict[str, float]]  # per domain: shares, weight, level, pass rate (GlobalScheduler.metrics)
-    node: dict[str, Any]  # the sandbox node's queue and waits over the batch (empty without a sandbox)
-    startup_s: float | None = None  # on the worker's first batch: from spawn to ready to generate
-    # the runner's time since the previous batch: engine steps, and thread time (overlapping
+    node: dict[str, Any]  # the sandbox nodes' queue and waits over the batch (empty without a sandbox)
+    startup_s: float | None = None  # on the workers' first batch: from spawn to ready to generate
+    # the runners' time since the previous batch: engine steps, and thread time (overlapping
     # them) opening workspaces, running tools and scoring
     runner_seconds: dict[str, float] = field(default_factory=dict)
     refilled: int = 0  # groups re-drawn in place of ones whose rewards did not vary (dynamic sampling)
-    sync: SyncStats = field(default_factory=SyncStats)  # the worker's weight loads since the previous batch
-    sync_total: SyncStats = field(default_factory=SyncStats)  # ... and since it started
-    engine_busy_s: float = 0.0  # wall time inside engine steps since the worker started (idle = 1 - busy/wall)
+    sync: SyncStats = field(default_factory=SyncStats)  # the workers' weight loads since the previous batch
+    sync_total: SyncStats = field(default_factory=SyncStats)  # ... and since they started
+    engine_busy_s: float = 0.0  # wall time inside engine steps since the workers started (idle = 1 - busy/wall)
+    requeued: int = 0  # its groups re-placed on another replica after theirs was lost
 
 
 @dataclass
@@ -60,37 +67,37 @@ class _Open:
     groups: list[tuple[int, Group, int]] = field(default_factory=list)  # (order id, group, start version)
     waits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     queued: list[int] = field(default_factory=list)
+    tokens: Counter = field(default_factory=Counter)  # replica -> tokens its groups generated
+    requeued: int = 0
 
 
 class RolloutService:
-    def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler):
+    def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Any,
+                 replicas: int = 1, resources: Mapping[str, float] | None = None):
         self.timeout = spec.stall_timeout_s
         self.scheduler = scheduler
-        runtime = LocalRuntime()
-        self.store = WeightStore(model, runtime.ctx)
-        self.store.publish(model, version)
-        # room for every group admission lets run at once, so the worker never waits to hand one back
+        # room for every group admission lets run at once, so a worker never waits to hand one back
         room = (scheduler.groups_per_batch + scheduler.refills) * (scheduler.max_staleness + scheduler.queue_size + 2)
-        self.groups, self._requests, self._replies = runtime.queue(room), runtime.ctx.Queue(), runtime.queue(1)
-        self._stop = runtime.event()
-        self.worker = runtime.spawn("rollout", run_rollout_worker, spec, self.store, self.groups, self._requests,
-                                    self._replies, self._stop)
+        self.replicas = Replicas(runtime, spec, model, version, room, resources)
+        self.groups, self._replies = self.replicas.groups, self.replicas.replies
+        self.store = self.replicas.weights
+        self._sandbox_slots = spec.sandbox.workers if spec.needs_sandbox else 0
         self._open: dict[int, _Open] = {}
         self._next = scheduler.next_batch
-        self._policy: NodePolicy | None = None
-        self._reported: dict[str, float] = {}
-        self._seconds: dict[str, float] = {}
-        self._sync, self._sync_reported = SyncStats(), SyncStats()
+        self._reported: dict[str, dict[str, float]] = {}  # replica -> runner seconds at the last batch
+        self._seconds: dict[str, dict[str, float]] = {}  # replica -> runner seconds now
+        self._sync: dict[str, SyncStats] = {}
+        self._sync_reported: dict[str, SyncStats] = {}
         self._startup: float | None = None
         self._heldout = None
         self._handed: float | None = None  # when the last batch went to the trainer
-        scheduler.add_replica(REPLICA)
-        if spec.needs_sandbox:
-            scheduler.add_node(REPLICA, spec.sandbox.workers)
+        self.requeued = self.superseded = 0
+        for _ in range(replicas):
+            self._add()
         self._dispatch()
 
     def publish(self, model: Decoder, version: int) -> float:
-        """Make `model`'s weights `version` for the worker. -> seconds the copy took."""
+        """Make `model`'s weights `version` for the workers. -> seconds the copy took."""
         start = time.perf_counter()
         self.store.publish(model, version)
         seconds = time.perf_counter() - start
@@ -101,7 +108,7 @@ class RolloutService:
         """The next batch, in order; None if `stop` was set while waiting."""
         self._dispatch()
         while not self._complete(self._next):
-            done: GroupDone | None = self.groups.get(self.timeout, "rollout worker", [self.worker], stop)
+            done: GroupDone | None = self._wait(self.groups, "rollout worker", stop)
             if done is None:
                 return None
             self._file(done)
@@ -117,20 +124,26 @@ class RolloutService:
         return batch
 
     def evaluate(self, label: str) -> EvalResult:
-        """Greedy held-out evaluation of the version published last."""
+        """Greedy held-out evaluation of the version published last, on one replica."""
         if self._heldout is None:
             self._heldout = self.scheduler.pool.heldout()
-        self._requests.put(EvalRequest(label, self.store.version, self._heldout))
-        self._handed = None  # the time until the next batch is the evaluation's, not the trainer's
-        return self._replies.get(self.timeout, f"rollout worker (evaluation {label})", [self.worker])
+        asked = ""
+        while True:
+            if asked not in self.replicas.live:  # at first, or the replica asked was lost
+                asked = next(iter(self.replicas.live))
+                self.replicas.send(asked, EvalRequest(label, self.store.version, self._heldout))
+                self._handed = None  # the time until the next batch is the evaluation's, not the trainer's
+            result = self._wait(self._replies, f"rollout worker (evaluation {label})")
+            if result is not None:
+                return result
+
+    def report(self) -> dict[str, Any]:
+        """Where the replicas ran, which were lost and why, and what that moved."""
+        return {"nodes": {r.name: r.node for r in self.replicas.all}, "lost": dict(self.replicas.lost),
+                "requeued_groups": self.requeued, "superseded_groups": self.superseded}
 
     def close(self) -> None:
-        self._stop.set()
-        self.groups.drain()
-        self.worker.join(timeout=10)
-        # orders the worker will never read must not hold this process's exit (the queue's feeder
-        # thread would wait for room in the pipe)
-        self._requests.cancel_join_thread()
+        self.replicas.close()
 
     def __enter__(self) -> "RolloutService":
         return self
@@ -138,32 +151,90 @@ class RolloutService:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    # -- replicas ------------------------------------------------------------------------------------------
+    def add_replica(self) -> str:
+        """Start one more replica while running; the scheduler places groups on it from the next
+        admission on (it loads the weights published last first). -> its name."""
+        name = self._add()
+        self._dispatch()
+        return name
+
+    def _add(self) -> str:
+        replica = self.replicas.start()
+        moved = self.scheduler.add_replica(replica.name)
+        if self._sandbox_slots:
+            self.scheduler.add_node(replica.name, self._sandbox_slots)
+        for order in moved:
+            self._send(order)
+        return replica.name
+
+    def _wait(self, queue: Any, component: str, stop: Any = None) -> Any:
+        """The next item of `queue`; a replica lost meanwhile is dropped and the wait goes on."""
+        while True:
+            try:
+                return queue.get(self.timeout, component, self.replicas.workers(), stop)
+            except WorkerFailed as e:
+                self._lose(e)
+                if queue is self._replies:
+                    return None  # the caller asks again if the evaluating replica was the one lost
+
+    def _lose(self, error: WorkerFailed) -> None:
+        replica = self.replicas.lose(error)  # raises unless its worker died
+        if replica.name in self.scheduler.nodes:
+            self.scheduler.remove_node(replica.name)
+        held = [o for o in self.scheduler.inflight.values() if o.replica == replica.name]
+        if not self.replicas.live:
+            why = str(error).removeprefix(f"worker {error.worker}: ")
+            raise WorkerFailed(error.worker, f"{why}; no rollout replica is left to run the {len(held)} groups it held",
+                               error.traceback, died=True) from error
+        moved = self.scheduler.remove_replica(replica.name)
+        self.requeued += len(moved)
+        for order in moved:
+            self._open[order.batch].requeued += 1
+            self._send(order)
+        print(f"[tempering] warning: rollout replica {replica.name} lost ({error}); its {len(moved)} groups in "
+              f"flight go to {', '.join(self.replicas.live)}", file=sys.stderr, flush=True)
+
     # -- internals -----------------------------------------------------------------------------------------
     def _dispatch(self) -> None:
-        """Send what the scheduler admits now, and the node's policy when it changed."""
+        """Send what the scheduler admits now, and each node's policy when it changed."""
         orders = self.scheduler.admit(self.store.version)
         if self.scheduler.nodes:
             policy = self.scheduler.node_policy()
-            if policy != self._policy:
-                self._requests.put(policy)
-                self._policy = policy
-        now = time.perf_counter()
+            for r in self.replicas.live.values():
+                if policy != r.policy:
+                    self.replicas.send(r.name, policy)
+                    r.policy = policy
         for order in orders:
-            self._open.setdefault(order.batch, _Open(now))
-            self._requests.put(order)
+            self._send(order)
+
+    def _send(self, order: GroupOrder) -> None:
+        placed = self.scheduler.inflight.get(order.id)
+        if placed is None or placed.replica != order.replica or order.replica not in self.replicas.live:
+            return  # re-placed since (its replica was lost): the order as placed now is sent instead
+        self._open.setdefault(order.batch, _Open(time.perf_counter()))
+        self.replicas.send(order.replica, order)
 
     def _file(self, done: GroupDone) -> None:
+        name = done.order.replica
+        if done.startup_s is not None:
+            self._startup = max(self._startup or 0.0, done.startup_s)
+            if name in self.replicas.live:
+                self.replicas.live[name].node = self.replicas.live[name].worker.started(self.timeout)
+        self._seconds[name] = done.runner_seconds
+        self._sync[name] = done.sync
+        placed = self.scheduler.inflight.get(done.order.id)
+        if placed is None or placed.replica != name:
+            self.superseded += 1  # sent just before its replica was lost; the group runs again elsewhere
+            return
         self.scheduler.complete(done.report)
         batch = self._open[done.order.batch]
         batch.groups.append((done.order.id, done.group, done.version))
+        batch.tokens[name] += sum(t.num_model_tokens for t in done.group.trajectories)
         if done.node is not None:
             for domain, waits in done.node.waits.items():
                 batch.waits[domain] += waits
             batch.queued.append(done.node.queued)
-        if done.startup_s is not None:
-            self._startup = done.startup_s
-        self._seconds = done.runner_seconds
-        self._sync = done.sync
 
     def _complete(self, b: int) -> bool:
         return b in self._open and self.scheduler.is_complete(b)
@@ -172,18 +243,29 @@ class RolloutService:
         batch = self._open.pop(b)
         batch.groups.sort(key=lambda x: x[0])
         groups = [g for _, g, _ in batch.groups]
-        split = {k: v - self._reported.get(k, 0.0) for k, v in self._seconds.items()}
-        self._reported = self._seconds
-        sync, self._sync_reported = self._sync.minus(self._sync_reported), self._sync
+        split: dict[str, float] = {}
+        for name, seconds in self._seconds.items():
+            before = self._reported.get(name, {})
+            for k, v in seconds.items():
+                split[k] = split.get(k, 0.0) + v - before.get(k, 0.0)
+            generate = seconds.get("generate", 0.0) - before.get("generate", 0.0)
+            if generate > 0:
+                self.scheduler.measured(name, batch.tokens[name] / generate)
+        self._reported = dict(self._seconds)
+        sync = _total([s.minus(self._sync_reported.get(n, SyncStats())) for n, s in self._sync.items()])
+        self._sync_reported = dict(self._sync)
         startup, self._startup = self._startup, None
         tokens = sum(t.num_model_tokens for g in groups for t in g.trajectories)
-        if split.get("generate", 0.0) > 0:
-            self.scheduler.measured(REPLICA, tokens / split["generate"])
         return RolloutBatch(b, min(v for _, _, v in batch.groups), groups, tokens,
                             time.perf_counter() - batch.dispatched, self.scheduler.metrics(),
                             _node_record(batch) if batch.queued else {}, startup, split,
-                            self.scheduler.refilled(b), sync=sync, sync_total=self._sync,
-                            engine_busy_s=self._seconds.get("generate", 0.0))
+                            self.scheduler.refilled(b), sync=sync, sync_total=_total(list(self._sync.values())),
+                            engine_busy_s=sum(s.get("generate", 0.0) for s in self._seconds.values()),
+                            requeued=batch.requeued)
+
+
+def _total(stats: list[SyncStats]) -> SyncStats:
+    return SyncStats(*(sum(getattr(s, f.name) for s in stats) for f in fields(SyncStats)))
 
 
 def _node_record(batch: _Open) -> dict[str, Any]:

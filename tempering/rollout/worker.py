@@ -10,15 +10,17 @@ weights are loaded between engine steps by `weights.EngineSync`: with `rollout.p
 as soon as they are published (running requests are recomputed under them and keep the versions
 of the tokens they already have), without it once the requests in flight have finished under
 the weights they started with (no new request is admitted meanwhile). What the loads cost goes
-back with each group (`GroupDone.sync`). Evaluation runs greedy episodes of the held-out tasks
-it is sent through the same runner, at the version the trainer asks for (after a drain, if one
-is under way).
+back with each group (`GroupDone.sync`). The weights come from a `WeightStore` (local
+processes) or a `BlobChannel` (any node; a version shows a moment after it is published).
+Evaluation runs greedy episodes of the held-out tasks it is sent through the same runner, at
+the version the trainer asks for (once that version is loaded, after a drain if one is under
+way). On a runtime whose queues and events are remote calls, the loop looks at its stop event
+and its orders every `check_every_s` while the engine is busy, not every engine step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import queue
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +41,7 @@ from tempering.scheduler.local import NodeStats
 from tempering.scheduler.node import NodeSandbox
 from tempering.tasks import load_plugins
 from tempering.tokenizer import load_tokenizer
-from tempering.weights import EngineSync, SyncStats, WeightStore
+from tempering.weights import BlobChannel, EngineSync, SyncStats, WeightSource, WeightStore
 
 _POLL_S = 0.02  # longest the loop waits for thread work or a message when it has nothing to do
 
@@ -64,6 +66,9 @@ class RolloutSpec:
     threads: int
     stall_timeout_s: float
     spawned_at: float  # time.monotonic() when the parent started the worker (the clock is system-wide)
+    # while the engine is busy, how often the loop looks at its stop event and orders: 0 = every
+    # engine step (local reads); a remote runtime's looks are calls of about 1 ms each
+    check_every_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,10 +92,11 @@ class GroupDone:
     startup_s: float | None  # on the first: from the worker's spawn to ready to generate
 
 
-def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue, requests: Any, replies: Any,
-                       stop: Any) -> None:
+def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, out: BoundedQueue, requests: Any,
+                       replies: Any, stop: Any, replica: int = 0) -> None:
     torch.set_num_threads(spec.threads)
-    torch.manual_seed(spec.seed + spec.first_batch)
+    torch.manual_seed(spec.seed + spec.first_batch + 7919 * replica)  # replicas sample apart
+    source = weights.open() if isinstance(weights, BlobChannel) else weights
     load_plugins(spec.plugins)
     tokenizer = load_tokenizer(spec.tokenizer_dir)
     engine = LLM(Decoder(spec.arch), tokenizer, spec.engine, version=-1)  # the first pull loads the published weights
@@ -104,8 +110,10 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
     threads = 4 * spec.sandbox.workers if node is not None else spec.sandbox.workers
     runner = EpisodeRunner.build(engine, tokenizer, reward, node, spec.rollout.tool_parser, threads)
     try:
-        Worker(spec, store, out, requests, replies, stop, engine, runner, node).run()
+        Worker(spec, source, out, requests, replies, stop, engine, runner, node).run()
     finally:
+        if source is not weights:
+            source.close()
         runner.close()
         reward.close()
         if node is not None:
@@ -113,7 +121,7 @@ def run_rollout_worker(spec: RolloutSpec, store: WeightStore, out: BoundedQueue,
 
 
 class Worker:
-    def __init__(self, spec: RolloutSpec, store: WeightStore, out: BoundedQueue, requests: Any, replies: Any,
+    def __init__(self, spec: RolloutSpec, store: WeightSource, out: BoundedQueue, requests: Any, replies: Any,
                  stop: Any, engine: LLM, runner: EpisodeRunner, node: NodeSandbox | None):
         self.spec, self.store, self.out, self.requests, self.replies, self.stop = spec, store, out, requests, replies, stop
         self.engine, self.runner, self.node = engine, runner, node
@@ -123,15 +131,22 @@ class Worker:
         self.orders: dict[int, tuple[GroupOrder, int]] = {}  # order id -> (order, engine version at start)
         self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
         self.sync = EngineSync(store, engine, r.partial_rollouts, spec.stall_timeout_s)
-        self.waiting_evals: list[EvalRequest] = []  # asked during a drain: they start at their version
+        self.waiting_evals: list[EvalRequest] = []  # asked during a drain or before their version arrived
         self.startup_s: float | None = time.monotonic() - spec.spawned_at
         self.heard = time.monotonic()  # the last message from the trainer's side (stall deadline)
+        self.looked = float("-inf")  # the last look at the stop event and the orders
 
     def run(self) -> None:
-        while not self.stop.is_set():
+        while True:
+            look = not self.runner.busy or time.monotonic() - self.looked >= self.spec.check_every_s
+            if look:
+                if self.stop.is_set():
+                    return
+                self.looked = time.monotonic()
             if self.sync.poll() and self.waiting_evals:
                 self._start_evals()
-            self._take_requests(wait=0.0 if self.runner.busy else _POLL_S)
+            if look:
+                self._take_requests(wait=0.0 if self.runner.busy else _POLL_S)
             if self.runner.busy:
                 for key, group in self.runner.poll(_POLL_S):
                     self._route(key, group)
@@ -140,9 +155,8 @@ class Worker:
 
     def _take_requests(self, wait: float) -> None:
         while True:
-            try:
-                msg = self.requests.get(timeout=wait) if wait else self.requests.get_nowait()
-            except queue.Empty:
+            got, msg = self.requests.try_get(wait, "trainer (sending orders)")
+            if not got:
                 return
             wait = 0.0
             self.heard = time.monotonic()
@@ -164,14 +178,20 @@ class Worker:
             self._start_evals()
 
     def _start_evals(self) -> None:
+        """Start the evaluations of the version now loaded; those of a version still on its way
+        (a blob source) wait for its load. The trainer publishes nothing newer meanwhile."""
         greedy = SamplingParams(temperature=0.0, max_tokens=self.spec.eval_max_tokens)
+        waiting = []
         for req in self.waiting_evals:
-            assert self.engine.version == req.version, (
+            assert self.engine.version <= req.version, (
                 f"evaluation of version {req.version} asked while version {self.engine.version} is loaded")
+            if self.engine.version < req.version:
+                waiting.append(req)
+                continue
             self.evals[req.label] = (req.tasks, [])
             for task in req.tasks:
                 self.runner.start(task, 1, greedy, self.spec.eval_max_tokens, ("eval", req.label))
-        self.waiting_evals.clear()
+        self.waiting_evals = waiting
 
     def _route(self, key: tuple, group: Group) -> None:
         if key[0] == "train":

@@ -1,7 +1,10 @@
 """Runtimes: how workers are started and talk. `local` is the embedded default (processes on one
-machine); a Ray runtime maps the same interface onto a cluster."""
+machine); `runtime.ray` maps the same interface onto a Ray cluster and is imported only by name
+(`from tempering.runtime.ray import RayRuntime`), so the default never needs Ray."""
 
-from tempering.runtime.local import BoundedQueue, LocalRuntime, Stall, Worker, WorkerFailed, threads_per_process
+from tempering.runtime.interface import Resources, Stall, WorkerFailed
+from tempering.runtime.local import BoundedQueue, LocalBlob, LocalRuntime, Worker, threads_per_process
 from tempering.runtime.stop import StopRequest
 
-__all__ = ["LocalRuntime", "BoundedQueue", "Worker", "WorkerFailed", "Stall", "StopRequest", "threads_per_process"]
+__all__ = ["LocalRuntime", "BoundedQueue", "LocalBlob", "Resources", "Worker", "WorkerFailed", "Stall", "StopRequest",
+           "threads_per_process"]

@@ -1,37 +1,28 @@
-"""The embedded runtime: worker processes, bounded queues with deadlines, failure propagation.
+"""The embedded runtime: worker processes, bounded queues with deadlines, failure propagation,
+blobs in shared memory.
 
 Workers are spawned (not forked, so no lock or thread state leaks into them) with torch's
 multiprocessing, which moves shared-memory tensors between processes without copying. Every wait
 has a deadline; when it passes, `Stall` names the component that did not deliver. A worker that
-dies or raises is reported with its traceback at the next wait, never as a silent hang.
+dies or raises is reported with its traceback at the next wait, never as a silent hang. Every
+worker runs on this machine: a spawn's `Resources` reserve nothing here (`runtime.ray` places
+workers by them), and there are no placement groups.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import queue
 import signal
 import sys
-import time
-import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch.multiprocessing as tmp
 
-from tempering.errors import UserError
+from tempering.runtime.interface import DeadlineQueue, Failure, Resources, Stall, WorkerFailed, is_state_dict
 
-
-class Stall(RuntimeError):
-    """A wait ran past its deadline; the message names the component that stalled."""
-
-
-class WorkerFailed(RuntimeError):
-    """A worker raised or died. `bad_input` is true when it raised `UserError` (input the user
-    must fix, whose message says it all); otherwise `traceback` is what to read."""
-
-    def __init__(self, worker: str, message: str, traceback: str = "", bad_input: bool = False):
-        super().__init__(f"worker {worker}: {message}")
-        self.traceback, self.bad_input = traceback, bad_input
+__all__ = ["LocalRuntime", "BoundedQueue", "Worker", "LocalBlob", "Stall", "WorkerFailed", "threads_per_process"]
 
 
 class Worker:
@@ -41,13 +32,20 @@ class Worker:
     def check(self) -> None:
         """Raise `WorkerFailed` if the worker raised or died."""
         try:
-            name, bad_input, message, tb = self.errors.get_nowait()
+            failure: Failure | None = self.errors.get_nowait()
         except queue.Empty:
-            name = None
-        if name is not None:
-            raise WorkerFailed(name, message, tb, bad_input)
+            failure = None
+        if failure is not None:
+            raise failure.error(self.name)
         if not self.process.is_alive() and self.process.exitcode not in (0, None):
-            raise WorkerFailed(self.name, f"died with exit code {self.process.exitcode}")
+            raise WorkerFailed(self.name, f"died with exit code {self.process.exitcode}", died=True)
+
+    def started(self, timeout: float) -> str:
+        """Where the worker runs: here (the process exists once `spawn` returns)."""
+        return "local"
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
 
     def join(self, timeout: float) -> None:
         self.process.join(timeout)
@@ -56,64 +54,67 @@ class Worker:
             self.process.join(5)
 
 
-class BoundedQueue:
+class BoundedQueue(DeadlineQueue):
     def __init__(self, ctx: Any, maxsize: int):
         self._q = ctx.Queue(maxsize)
 
-    def put(self, item: Any, timeout: float, component: str, stop: Any = None) -> bool:
-        """Block until there is room; False if `stop` was set meanwhile."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                self._q.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                if stop is not None and stop.is_set():
-                    return False
-                if time.monotonic() > deadline:
-                    raise Stall(f"{component}: queue stayed full for {timeout:g} s") from None
+    def _offer(self, item: Any, wait: float, component: str) -> bool:
+        try:
+            self._q.put(item, timeout=wait)
+            return True
+        except queue.Full:
+            return False
+
+    def _take(self, wait: float, component: str) -> tuple[bool, Any]:
+        try:
+            return True, self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
+        except queue.Empty:
+            return False, None
 
     def try_put(self, item: Any) -> bool:
-        """Put without waiting; False when the queue is full."""
         try:
             self._q.put_nowait(item)
             return True
         except queue.Full:
             return False
 
-    def get(self, timeout: float, component: str, workers: Sequence[Worker] = (), stop: Any = None) -> Any:
-        """The next item; None if `stop` was set meanwhile."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self._q.get(timeout=0.2)
-            except queue.Empty:
-                if stop is not None and stop.is_set():
-                    return None
-                for w in workers:
-                    w.check()
-                if time.monotonic() > deadline:
-                    raise Stall(f"{component}: nothing arrived for {timeout:g} s") from None
-
     def drain(self) -> None:
+        # qsize counts items still on their way through a putter's feeder thread, which get_nowait
+        # would miss; one that never arrives (its putter died) ends the drain at the short wait
         try:
-            while True:
-                self._q.get_nowait()
+            for _ in range(self._q.qsize()):
+                self._q.get(timeout=1.0)
         except queue.Empty:
             pass
 
 
+class LocalBlob:
+    """A snapshot taken by `LocalRuntime.put_blob`; it travels to workers by queue or argument,
+    its tensors as shared memory (torch's multiprocessing passes their handles, not their bytes)."""
+
+    def __init__(self, obj: Any):
+        self._obj = obj
+
+    def get(self, timeout: float, component: str) -> Any:
+        """The object; here it is already at hand, so nothing is waited for."""
+        return self._obj
+
+
 class LocalRuntime:
+    remote = False  # queues and events are read in this machine's shared memory, not by remote calls
+
     def __init__(self):
         self.ctx = tmp.get_context("spawn")
 
-    def queue(self, maxsize: int) -> BoundedQueue:
+    def queue(self, maxsize: int, name: str = "queue") -> BoundedQueue:
+        """A queue of at most `maxsize` items (unbounded when it is 0). `name`, like an event's,
+        is for the Ray runtime's messages: a local queue cannot fail to answer."""
         return BoundedQueue(self.ctx, maxsize)
 
-    def event(self) -> Any:
+    def event(self, name: str = "event") -> Any:
         return self.ctx.Event()
 
-    def spawn(self, name: str, target: Callable[..., None], *args: Any) -> Worker:
+    def spawn(self, name: str, target: Callable[..., None], *args: Any, resources: Resources | None = None) -> Worker:
         errors = self.ctx.Queue()
         # Not daemonic: a worker may start processes of its own (heavy verifiers' pool), which
         # multiprocessing forbids daemons. The parent stops and joins it (`Worker.join`), and a
@@ -121,6 +122,16 @@ class LocalRuntime:
         process = self.ctx.Process(target=_entry, args=(name, target, args, errors), name=name, daemon=False)
         process.start()
         return Worker(name, process, errors)
+
+    def put_blob(self, obj: Any) -> LocalBlob:
+        """A snapshot of `obj` (later changes to it do not show): a state dict's tensors are
+        copied into shared memory, anything else deep-copied."""
+        if is_state_dict(obj):
+            return LocalBlob({k: v.detach().clone().share_memory_() for k, v in obj.items()})
+        return LocalBlob(copy.deepcopy(obj))
+
+    def close(self) -> None:
+        """Nothing to release: each worker is joined by whoever spawned it."""
 
 
 def threads_per_process(setting: int | str, processes: int) -> int:
@@ -145,5 +156,5 @@ def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> 
     try:
         target(*args)
     except BaseException as e:  # noqa: BLE001 - report everything to the parent, then exit non-zero
-        errors.put((name, isinstance(e, UserError), f"{type(e).__name__}: {e}", traceback.format_exc()))
+        errors.put(Failure.of(e))
         raise SystemExit(1) from None

@@ -53,6 +53,11 @@ class OffPolicyMeter:
         self._log_w.append((logp.detach() - behaviour)[m].float())
         self._current.append(versions[m] == version)
 
+    def merge(self, other: OffPolicyMeter) -> None:
+        """Take in `other`'s tokens (another rank's share of the batch)."""
+        self._log_w += other._log_w
+        self._current += other._current
+
     def result(self) -> OffPolicyStats:
         log_w = torch.cat(self._log_w) if self._log_w else torch.zeros(0)
         if log_w.numel() == 0:

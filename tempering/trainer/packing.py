@@ -13,7 +13,8 @@ scores token t+1), so losses, aggregation and metrics never see the layout.
 
 Samples whose prompt differs from their group's (or a batch built without `prompt_lens`) get a
 packed row of their own, which is the plain layout. It does not pack unrelated samples into
-one row, and it shares only the prompt, not the common turns of multi-turn episodes.
+one row, and it shares only the prompt, not the common turns of multi-turn episodes. Both paths
+score tokens with `logprobs.head_logprobs`, in chunks: never a full `[tokens, vocab]` log-softmax.
 """
 
 from __future__ import annotations
@@ -26,17 +27,21 @@ import torch.nn.functional as F
 from tempering.models import Decoder
 from tempering.records import Batch
 from tempering.trainer.critic import Critic
+from tempering.trainer.logprobs import head_logprobs
 
 
 def token_logprobs(model: Decoder, input_ids: torch.Tensor, temperature: float = 1.0,
                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """input_ids [N, T] -> logprob of each next token [N, T-1] (position t scores input t+1),
     and optionally the entropy of each predictive distribution [N, T-1]."""
-    logits = model(input_ids[:, :-1]) / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-    return logp, entropy
+    targets = input_ids[:, 1:]
+
+    def head(hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return head_logprobs(hidden.flatten(0, 1), weight, targets.flatten(), temperature, with_entropy=with_entropy)
+
+    # reshaped out here: a view returned from inside an FSDP2 module's forward draws a warning
+    logp, entropy = model(input_ids[:, :-1], head=head)
+    return logp.view(targets.shape), entropy.view(targets.shape) if entropy is not None else None
 
 
 @dataclass
@@ -54,13 +59,14 @@ class Layout:
     def logprobs(self, model: Decoder, temperature: float = 1.0,
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The same as `token_logprobs` on the unpacked rows (to rounding), from one pass here."""
-        logits = model(self.input_ids, self.positions, self._attention)
-        logp_all = torch.log_softmax(logits[self.src] / temperature, dim=-1)  # [M, V]
-        logp = torch.zeros(self.shape).index_put(self.dst, logp_all.gather(-1, self.targets[:, None]).squeeze(-1))
-        if not with_entropy:
+        def head(hidden: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return head_logprobs(hidden[self.src], weight, self.targets, temperature, with_entropy=with_entropy)
+
+        logp, entropy = model(self.input_ids, self.positions, self._attention, head=head)  # [M] each
+        logp = logp.new_zeros(self.shape).index_put(self.dst, logp)
+        if entropy is None:
             return logp, None
-        entropy = torch.zeros(self.shape).index_put(self.dst, -(logp_all.exp() * logp_all).sum(-1))
-        return logp, entropy
+        return logp, entropy.new_zeros(self.shape).index_put(self.dst, entropy)
 
     def values(self, critic: Critic) -> torch.Tensor:
         """The same as `critic.values` on the unpacked rows (to rounding): [n, T-1]."""

@@ -10,7 +10,10 @@ step of the LR schedule. With one step the proximal policy of decoupled PPO is t
 pass's own detached logprobs; with several it is a no-grad pass before the first, as are the
 critic's start values. A group's shared prompt is computed once (`packing`). The reference model (kl_coef > 0) and the critic (advantage gae) are
 copies of the policy as RL starts, after any SFT warm-up; both go into `state_dict`. The loss
-terms are pure functions in `tempering.algorithms`. FSDP2 is not here yet.
+terms are pure functions in `tempering.algorithms`. Given `ranks` (FSDP2, `parallelize`), the
+model is already sharded and every rank holds the whole batch: it trains its share of the groups
+with the whole batch's token weights, gradients are summed over the ranks, and the step's totals
+and off-policy tokens are gathered, so the step is the single-process one (GAE is refused there).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import copy
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,6 +35,9 @@ from tempering.records import Batch
 from tempering.trainer.critic import Critic, critic_optimizer
 from tempering.trainer.offpolicy import OffPolicyMeter
 from tempering.trainer.packing import Layout, shared_prompt_layout, token_logprobs
+
+if TYPE_CHECKING:
+    from tempering.trainer.parallelize import Ranks
 
 
 @dataclass
@@ -75,16 +82,21 @@ class _Targets:
 
 class Trainer:
     def __init__(self, model: Decoder, cfg: TrainerConfig, algo: AlgorithmConfig | None = None,
-                 temperature: float = 1.0, norm_tokens: int = 1, total_steps: int = 0):
-        self.model = model
+                 temperature: float = 1.0, norm_tokens: int = 1, total_steps: int = 0,
+                 ranks: Ranks | None = None):
+        self.model = model  # sharded already under `ranks`: the optimizer below takes its sharded parameters
+        self.ranks = ranks
         self.cfg = cfg
         self.algo = algo = algo or AlgorithmConfig()
+        if ranks is not None:
+            ranks.check(algo)
         self.objective = get_objective(algo.loss)
         self.aggregate = get_aggregation(algo.aggregation)
         self.kl = KL_ESTIMATORS[algo.kl_estimator]
         self.clip = (algo.gspo_clip_low, algo.gspo_clip_high) if algo.loss == "gspo" else (algo.clip_low, algo.clip_high)
         self.temperature = temperature
         self.norm_tokens = norm_tokens  # the generation budget, for seq_sum_const
+        self.total_steps = total_steps  # the LR schedule's length
         self.reference: Decoder | None = None
         self.critic: Critic | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
@@ -98,16 +110,25 @@ class Trainer:
         self._start_rl()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
-        targets = self._targets(batch, mask, self._micro_batches(batch))
+        parts = self._mini_batches(batch)
+        # the optimizer steps' own micro-batches (under FSDP, each rank's targets are of its own rows)
+        micro = [rows for part in parts for rows in self._micro_batches(batch, part)]
+        targets = self._targets(batch, mask, micro + self._padding(batch, micro))
         meter = OffPolicyMeter(self.algo.is_cap)
         totals, norms = torch.zeros(6), []
-        for part in self._mini_batches(batch):
+        for part in parts:
             weights = torch.zeros_like(mask)  # each optimizer step's loss is over its own rows
             weights[part] = self.aggregate(mask[part], self.norm_tokens)
-            for rows in self._micro_batches(batch, part):
+            micro = self._micro_batches(batch, part)
+            padding = self._padding(batch, micro)  # (a collective: before any pass)
+            for rows in micro:
                 totals += self._micro_step(batch, rows, mask, weights, targets, meter)
+            for rows in padding:  # weight 0, and its totals and tokens are dropped
+                self._micro_step(batch, rows, mask, torch.zeros_like(mask), targets, OffPolicyMeter(0.0))
             norms.append(self._apply())
         self.scheduler.step()
+        if self.ranks is not None:  # each rank has summed its own share of the rows
+            totals, meter = self.ranks.sum(totals), self.ranks.merge(meter)
         n, k = max(float(mask.sum()), 1.0), len(norms)
         return StepStats(loss=float(totals[0]) / k, kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
                          entropy=float(totals[3]) / n, clip_fraction=float(totals[4]) / n,
@@ -221,7 +242,7 @@ class Trainer:
         warm-up: a copy made earlier would anchor RL to the untrained model), unless
         `load_state_dict` restored them from a checkpoint."""
         if self.algo.kl_coef > 0 and self.reference is None:
-            self.reference = _frozen_copy(self.model)
+            self.reference = self._frozen_copy()
         if self.algo.advantage == "gae" and self.critic is None:
             self.critic = Critic(self.model)
             self.critic_optimizer = critic_optimizer(self.critic, self.algo.value_lr, (self.cfg.beta1, self.cfg.beta2),
@@ -232,16 +253,20 @@ class Trainer:
         self.model.train()
         mask = batch.loss_mask[:, 1:]
         n = max(float(mask.sum()), 1.0)
-        total = 0.0
-        for rows in self._micro_batches(batch):
+        total = torch.zeros(1)
+        micro = self._micro_batches(batch)
+        for i, rows in enumerate(micro + self._padding(batch, micro)):
             width = int(batch.seq_lens[rows].max())
             logp, _ = token_logprobs(self.model, batch.input_ids[rows, :width])
             loss = -(logp * mask[rows, : width - 1]).sum() / n
+            if i >= len(micro):  # a padding pass (FSDP) weighs nothing
+                loss = loss * 0.0
             loss.backward()
-            total += float(loss.detach())
+            total += loss.detach()
+        total = self.ranks.sum(total) if self.ranks is not None else total
         grad_norm, _ = self._apply()
         self.scheduler.step()
-        return StepStats(loss=total, kl_behavior=0.0, kl_ref=0.0, entropy=0.0, clip_fraction=0.0,
+        return StepStats(loss=float(total), kl_behavior=0.0, kl_ref=0.0, entropy=0.0, clip_fraction=0.0,
                          grad_norm=grad_norm, tokens=int(n), lr=self.scheduler.get_last_lr()[0])
 
     def _apply(self) -> tuple[float, float]:
@@ -260,6 +285,15 @@ class Trainer:
     def _sharing(self, batch: Batch) -> bool:
         return self.cfg.share_prompts and batch.prompt_lens is not None
 
+    def _padding(self, batch: Batch, micro: list[torch.Tensor]) -> list[torch.Tensor]:
+        """FSDP: rows for passes at weight 0, so that every rank runs as many passes as the busiest
+        (each pass gathers every rank's shards); none in a single process."""
+        return [] if self.ranks is None else self.ranks.padding(batch, micro)
+
+    def _frozen_copy(self) -> Decoder:
+        """The reference: a frozen copy of the policy, sharded like it under FSDP."""
+        return _frozen_copy(self.model) if self.ranks is None else self.ranks.frozen_copy(self.model)
+
     def _micro_batches(self, batch: Batch, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """`rows` (default all) grouped by length, each micro-batch padded only to its own longest
         row and holding about `micro_batch_tokens` tokens: padding is compute the backward pass
@@ -270,8 +304,10 @@ class Trainer:
         for row in rows.tolist() if rows is not None else range(len(lens)):
             units.setdefault(groups[row] if self._sharing(batch) else row, []).append(row)
         cost = {key: self._packed_length(batch, members, lens) for key, members in units.items()}
+        if self.ranks is not None:  # this rank's share of the units; the other ranks train the rest
+            cost = self.ranks.deal(cost)
         out, current, count = [], [], 0
-        for key in sorted(units, key=cost.__getitem__):
+        for key in sorted(cost, key=cost.__getitem__):
             if current and (count + 1) * cost[key] > self.cfg.micro_batch_tokens:
                 out.append(torch.tensor(current))
                 current, count = [], 0
@@ -302,7 +338,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if "reference" in state and self.algo.kl_coef > 0:
-            self.reference = _frozen_copy(self.model)
+            self.reference = self._frozen_copy()
             self.reference.load_state_dict(state["reference"])
         if "critic" in state and self.algo.advantage == "gae":
             self._start_rl()

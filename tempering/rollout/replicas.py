@@ -1,0 +1,103 @@
+"""`Replicas`: the rollout workers of a run as the trainer's side sees them. Each is an engine
+replica on the runtime (a worker with its own queue of orders); this module spawns them with
+the weight sync the runtime allows and queues of its own back to the trainer (`Inbox`), and tells
+a lost worker from a failed one.
+
+Weights: on the local runtime one `WeightStore` in shared memory serves every replica; on a
+remote runtime (Ray) each replica gets a channel of `BlobPublisher`, which waits for no replica,
+so a replica that dies never holds up a publish (a broadcast group would fail as a whole). A
+worker whose process or node went away (`WorkerFailed.died`) is lost: `lose` forgets it and the
+caller re-places its groups. A worker that raised is a failure of the run, never retried
+elsewhere (the same input would fail again). It orders and files nothing (`service`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tempering.models import Decoder
+from tempering.rollout.inbox import Inbox
+from tempering.rollout.worker import RolloutSpec, run_rollout_worker
+from tempering.runtime import Resources, WorkerFailed
+from tempering.scheduler.global_ import NodePolicy
+from tempering.weights import BlobPublisher, WeightStore
+
+CHECK_REMOTE_S = 0.02  # a remote worker's looks at its stop event and orders while busy (each ~1 ms)
+
+
+@dataclass
+class Replica:
+    name: str
+    worker: Any
+    orders: Any  # its queue of GroupOrders, NodePolicies and EvalRequests
+    groups: Any  # the queue it sends scored groups into (read by `Replicas.groups`)
+    policy: NodePolicy | None = None  # the node policy sent to it last
+    node: str = ""  # where it runs ("local" on the local runtime), once it has sent a group
+
+
+class Replicas:
+    def __init__(self, runtime: Any, spec: RolloutSpec, model: Decoder, version: int, room: int,
+                 resources: Mapping[str, float] | None = None):
+        self.runtime, self.room = runtime, room
+        # each replica sends into queues of its own (see `inbox`); the trainer reads them here
+        self.groups, self.replies = Inbox("scored groups"), Inbox("evaluations")
+        self.spec = dataclasses.replace(spec, check_every_s=CHECK_REMOTE_S if runtime.remote else 0.0)
+        self.timeout = spec.stall_timeout_s
+        self.weights: BlobPublisher | WeightStore = (
+            BlobPublisher(runtime, self.timeout) if runtime.remote else WeightStore(model, runtime.ctx))
+        self.weights.publish(model, version)
+        self.stop = runtime.event("rollout stop")
+        self.resources = Resources(custom=dict(resources)) if resources else None
+        self.live: dict[str, Replica] = {}
+        self.lost: dict[str, str] = {}  # name -> why
+        self.all: list[Replica] = []
+
+    def start(self) -> Replica:
+        """Spawn the next replica, `rollout-<i>`."""
+        i = len(self.all)
+        name = f"rollout-{i}"
+        orders = self.runtime.queue(0, f"orders for {name}")
+        groups, replies = self.runtime.queue(self.room, f"scored groups of {name}"), self.runtime.queue(
+            1, f"evaluations of {name}")
+        weights = self.weights.channel(name) if isinstance(self.weights, BlobPublisher) else self.weights
+        worker = self.runtime.spawn(name, run_rollout_worker, self.spec, weights, groups, orders, replies,
+                                    self.stop, i, resources=self.resources)
+        self.groups.add(name, groups)
+        self.replies.add(name, replies)
+        replica = Replica(name, worker, orders, groups)
+        self.live[name] = replica
+        self.all.append(replica)
+        return replica
+
+    def workers(self) -> list[Any]:
+        return [r.worker for r in self.live.values()]
+
+    def send(self, name: str, item: Any) -> None:
+        self.live[name].orders.put(item, self.timeout, f"rollout replica {name}'s orders")
+
+    def lose(self, error: WorkerFailed) -> Replica:
+        """Forget the replica whose worker died. `error` itself is raised again when its worker
+        raised (or is none of these): that is the run's failure, not a lost replica."""
+        if not error.died or error.worker not in self.live:
+            raise error
+        replica = self.live.pop(error.worker)
+        self.lost[replica.name] = str(error)
+        self.groups.remove(replica.name)
+        self.replies.remove(replica.name)
+        if isinstance(self.weights, BlobPublisher):
+            self.weights.drop(replica.name)
+        replica.worker.join(timeout=self.timeout)  # on Ray: its actor and resources go back
+        return replica
+
+    def close(self) -> None:
+        self.stop.set()
+        for r in self.live.values():
+            r.worker.join(timeout=10)
+        # orders no worker will read must not hold this process's exit (a local queue's feeder
+        # thread waits for room in its pipe)
+        for r in self.all:
+            r.orders.drain()
+        self.groups.close()
+        self.replies.close()

@@ -1,0 +1,124 @@
+"""What both runtimes share: their errors, a worker's resource request, a worker's failure as a
+record, and the deadline loop of a bounded queue.
+
+`runtime.local` (processes on this machine) and `runtime.ray` (actors on a cluster) implement
+the same interface on top of these: `queue(maxsize)` gives a bounded queue whose waits have
+deadlines, `event(name)` an event workers can set and wait for, `spawn(name, target, *args,
+resources=...)` a worker with `check`, `started`, `alive` and `join`, and `put_blob(obj)` a
+snapshot of an object (a state dict's tensors kept out of pickles) that any worker can `get`.
+Nothing here starts a process or imports Ray.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from tempering.errors import UserError
+
+SLICE_S = 0.2  # how often a waiting queue looks at its stop event and the workers it depends on
+
+
+class Stall(RuntimeError):
+    """A wait ran past its deadline; the message names the component that stalled."""
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised or died. `bad_input` is true when it raised `UserError` (input the user
+    must fix, whose message says it all); otherwise `traceback` is what to read. `died` is true
+    when its process or node went away (nothing it raised): work it held can run elsewhere."""
+
+    def __init__(self, worker: str, message: str, traceback: str = "", bad_input: bool = False, died: bool = False):
+        super().__init__(f"worker {worker}: {message}")
+        self.worker, self.traceback, self.bad_input, self.died = worker, traceback, bad_input, died
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a worker raised, as it travels back to the process that waits for it."""
+
+    bad_input: bool
+    message: str
+    traceback: str
+
+    @staticmethod
+    def of(error: BaseException) -> "Failure":
+        """Call inside the `except` block, so that the traceback is the one being handled."""
+        return Failure(isinstance(error, UserError), f"{type(error).__name__}: {error}", traceback.format_exc())
+
+    def error(self, worker: str) -> WorkerFailed:
+        return WorkerFailed(worker, self.message, self.traceback, self.bad_input)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a worker asks of the machine it runs on. The Ray runtime places the worker where
+    they are free (custom resources such as {"slot": 4} or {"node_a": 1} name what a node
+    offers; `group` and `bundle` put it in a placement group's reservation); the local runtime
+    runs every worker on this machine and reserves nothing."""
+
+    cpus: float = 1.0
+    custom: dict[str, float] = field(default_factory=dict)
+    group: Any = None  # a placement group from the runtime that spawns the worker
+    bundle: int = -1  # the group's bundle to run in; -1: any of them
+
+
+def is_state_dict(obj: Any) -> bool:
+    """A blob whose tensors the runtimes move without pickling them: a non-empty mapping of tensors."""
+    return isinstance(obj, Mapping) and bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
+
+
+class DeadlineQueue(ABC):
+    """A bounded FIFO queue whose waits end at a deadline (`Stall`), when a `stop` event is set,
+    or when a worker the waiter depends on has failed (`WorkerFailed`). Implementations give the
+    two primitive waits of at most one slice each."""
+
+    @abstractmethod
+    def _offer(self, item: Any, wait: float, component: str) -> bool:
+        """Put `item` if there is room within `wait` seconds; False otherwise."""
+
+    @abstractmethod
+    def _take(self, wait: float, component: str) -> tuple[bool, Any]:
+        """(True, the next item) if one arrives within `wait` seconds; (False, None) otherwise."""
+
+    @abstractmethod
+    def try_put(self, item: Any) -> bool:
+        """Put without waiting; False when the queue is full."""
+
+    def try_get(self, wait: float = 0.0, component: str = "queue") -> tuple[bool, Any]:
+        """(True, the next item) if one is there or arrives within `wait` seconds; (False, None)
+        otherwise. For loops that do other work between looks (`get` waits for an item)."""
+        return self._take(wait, component)
+
+    @abstractmethod
+    def drain(self) -> None:
+        """Throw away every item in the queue now."""
+
+    def put(self, item: Any, timeout: float, component: str, stop: Any = None) -> bool:
+        """Block until there is room; False if `stop` was set meanwhile."""
+        deadline = time.monotonic() + timeout
+        while not self._offer(item, SLICE_S, component):
+            if stop is not None and stop.is_set():
+                return False
+            if time.monotonic() > deadline:
+                raise Stall(f"{component}: queue stayed full for {timeout:g} s")
+        return True
+
+    def get(self, timeout: float, component: str, workers: Sequence[Any] = (), stop: Any = None) -> Any:
+        """The next item; None if `stop` was set meanwhile."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got, item = self._take(SLICE_S, component)
+            if got:
+                return item
+            if stop is not None and stop.is_set():
+                return None
+            for w in workers:
+                w.check()
+            if time.monotonic() > deadline:
+                raise Stall(f"{component}: nothing arrived for {timeout:g} s")

@@ -1,0 +1,233 @@
+"""`TrainerGroup`: the RL trainer as `world` local processes (FSDP2), led by the calling process.
+
+The run's loop stays in the caller, rank 0. It keeps the plain, full policy it was given
+(`model`: what the weight store publishes and a checkpoint saves) and trains its own shard of a
+sharded copy; ranks 1.. are processes spawned here that follow rank 0's orders, each a
+collective every rank joins: `step` (every rank is given the whole batch, `parallelize` splits
+the work; then the full weights are gathered into rank 0's plain copy, ready to publish),
+`state` (the full trainer state on rank 0, in the single-process `Trainer.state_dict` format:
+optimizer state keyed by parameter index), and `save` / `load` (each rank writes or reads its
+own shards of a checkpoint folder with torch.distributed.checkpoint, `distributed.write_shards`:
+nothing is gathered, for training states that do not fit one host). A group is built from a
+single-process `Trainer`, restored or fresh, and every rank loads its shards from that
+trainer's full state; a sharded checkpoint is then loaded over it. Both formats resume at
+another number of ranks and in one process: DCP reshards on load (tested from 2 ranks to 2 and
+to one process; 2 to 3 was checked by hand).
+
+A follower that raises ends its process; rank 0's next collective then fails at the group's
+deadline and the error names the rank and carries its traceback. Followers ignore SIGINT and SIGTERM (rank 0 finishes the run
+and tells them to stop) and exit when rank 0's process is gone (they watch its pid), so a killed
+run leaves no rank behind.
+Not here: ranks on other machines (nothing launches trainer ranks through Ray yet).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import socket
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
+
+from tempering.config import AlgorithmConfig, TrainerConfig
+from tempering.models import Arch, Decoder
+from tempering.records import Batch
+from tempering.trainer.distributed import init_ranks, read_shards, write_shards
+from tempering.trainer.parallelize import Ranks
+from tempering.trainer.step import StepStats, Trainer
+
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+WATCH_S = 1.0  # how often a follower looks whether rank 0 is still there
+
+
+class TrainerGroup:
+    def __init__(self, model: Decoder, trainer: Trainer, world: int, threads: int, timeout_s: float):
+        """`model`: the full policy (kept, and updated after every step); `trainer`: the
+        single-process trainer whose configuration and state the group starts from."""
+        if world < 2:
+            raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
+        self.model, self.world = model, world
+        spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,
+                     trainer.total_steps, threads, timeout_s)
+        # copies: a tensor handed to a spawned process moves to memory both processes map, so the
+        # live model's and optimizer's tensors, stepped in place later, must not be the ones sent
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = copy.deepcopy(_named(trainer.state_dict(), model))
+        address = f"127.0.0.1:{_free_port()}"
+        ctx = mp.get_context("spawn")
+        self._errors = ctx.Queue()
+        self._followers = [ctx.Process(target=_follow, name=f"trainer-rank-{r}", daemon=True,
+                                       args=(spec, address, r, world, weights, state, os.getpid(), self._errors))
+                           for r in range(1, world)]
+        for p in self._followers:
+            p.start()
+        self.ranks = init_ranks(address=address, rank=0, world=world, timeout_s=timeout_s)
+        # its own copy again: the optimizer may keep views of what it loads, and what was sent is
+        # mapped by the followers until they have loaded it
+        self.trainer = _sharded(spec, self.ranks, weights, copy.deepcopy(state))
+
+    def rl_step(self, batch: Batch) -> StepStats:
+        """One RL step on every rank; then `model` holds the new weights."""
+        stats = self._collective(("step", batch), lambda: self.trainer.rl_step(batch))
+        full = self._collective(None, lambda: get_model_state_dict(self.trainer.model, options=FULL))
+        self.model.load_state_dict(full)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """The full trainer state, as the single-process `Trainer.state_dict` gives it."""
+        named = self._collective(("state", None), lambda: _full_state(self.trainer))
+        return _indexed(named, self.model)
+
+    def save(self, folder: Path) -> None:
+        """Every rank writes its shards into `folder` (`distributed.write_shards`)."""
+        self._collective(("save", folder), lambda: write_shards(folder, self.trainer))
+
+    def load(self, folder: Path) -> None:
+        """Every rank reads its shards of `folder`; then `model` holds the loaded weights."""
+        self._collective(("load", folder), lambda: read_shards(folder, self.trainer))
+        self.model.load_state_dict(self._collective(None, lambda: get_model_state_dict(self.trainer.model,
+                                                                                       options=FULL)))
+
+    def close(self) -> None:
+        """Stop the followers and leave the group."""
+        try:
+            if all(p.is_alive() for p in self._followers):
+                dist.broadcast_object_list([("stop", None)], src=0)
+        finally:
+            for p in self._followers:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+            dist.destroy_process_group()
+
+    def _collective(self, order: tuple[str, Any] | None, work) -> Any:
+        """Send `order` to the followers (None: they are in the same collective already), then do
+        `work`, which every rank does too; a failed rank is named."""
+        try:
+            if order is not None:
+                dist.broadcast_object_list([order], src=0)
+            return work()
+        except Exception as e:
+            failed = []
+            while not self._errors.empty():
+                failed.append(self._errors.get())
+            dead = [p.name for p in self._followers if not p.is_alive()]
+            if failed or dead:
+                raise RuntimeError(f"trainer group: {', '.join(dead) or 'a rank'} failed; "
+                                   + "; ".join(failed)) from e
+            raise
+
+
+class _Spec:
+    """What every rank builds its trainer from (picklable: it crosses to the spawned ranks)."""
+
+    def __init__(self, arch: Arch, cfg: TrainerConfig, algo: AlgorithmConfig, temperature: float, norm_tokens: int,
+                 total_steps: int, threads: int, timeout_s: float):
+        self.arch, self.cfg, self.algo, self.temperature = arch, cfg, algo, temperature
+        self.norm_tokens, self.total_steps, self.threads, self.timeout_s = norm_tokens, total_steps, threads, timeout_s
+
+
+def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state: dict[str, Any]) -> Trainer:
+    """This rank's trainer: a copy of the full weights, sharded, with the full state's shards."""
+    model = Decoder(spec.arch)
+    model.load_state_dict(weights)
+    trainer = Trainer(ranks.shard(model), spec.cfg, spec.algo, spec.temperature, spec.norm_tokens, spec.total_steps,
+                      ranks=ranks)
+    local = StateDictOptions(full_state_dict=True)
+    if state["optimizer"]["state"]:  # a fresh optimizer has nothing to restore
+        set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optimizer"], options=local)
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    if "reference" in state and spec.algo.kl_coef > 0:
+        trainer.reference = ranks.frozen_copy(trainer.model)
+        set_model_state_dict(trainer.reference, state["reference"], options=local)
+    return trainer
+
+
+def _full_state(trainer: Trainer) -> dict[str, Any]:
+    state = {"optimizer": get_optimizer_state_dict(trainer.model, trainer.optimizer, options=FULL),
+             "scheduler": trainer.scheduler.state_dict()}
+    if trainer.reference is not None:
+        state["reference"] = get_model_state_dict(trainer.reference, options=FULL)
+    return state
+
+
+def _names(model: Decoder) -> list[str]:
+    """Parameter names in the order the optimizer holds them (`Trainer` passes model.parameters())."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def _named(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
+    """Single-process trainer state -> the optimizer's keyed by parameter name (as
+    torch.distributed.checkpoint's full state dicts are)."""
+    if "critic" in state:
+        raise ValueError("TrainerGroup: a critic (algorithm.advantage = 'gae') is not sharded")
+    names, opt = _names(model), state["optimizer"]
+    optimizer = {"state": {names[i]: s for i, s in opt["state"].items()},
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in opt["param_groups"]]}
+    return {**state, "optimizer": optimizer}
+
+
+def _indexed(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
+    """The inverse of `_named`."""
+    index = {name: i for i, name in enumerate(_names(model))}
+    opt = state["optimizer"]
+    optimizer = {"state": {index[n]: s for n, s in opt["state"].items()},
+                 "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in opt["param_groups"]]}
+    return {**state, "optimizer": optimizer}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _follow(spec: _Spec, address: str, rank: int, world: int, weights: dict[str, torch.Tensor],
+            state: dict[str, Any], leader: int, errors: Any) -> None:
+    """A follower rank: build its shard, then do what rank 0 orders until `stop`."""
+    torch.set_num_threads(spec.threads)
+    # a Ctrl-C or SIGTERM reaches the whole process group: rank 0 finishes the run and stops the rest
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_watch, args=(leader,), daemon=True).start()
+    try:
+        ranks = init_ranks(address=address, rank=rank, world=world, timeout_s=spec.timeout_s)
+        trainer = _sharded(spec, ranks, weights, state)
+        del weights, state
+        while True:
+            order: list[Any] = [None]
+            dist.broadcast_object_list(order, src=0)
+            kind, payload = order[0]
+            if kind == "stop":
+                break
+            if kind == "step":
+                trainer.rl_step(payload)
+                get_model_state_dict(trainer.model, options=FULL)
+            elif kind == "state":
+                _full_state(trainer)
+            elif kind == "save":
+                write_shards(payload, trainer)
+            elif kind == "load":
+                read_shards(payload, trainer)
+                get_model_state_dict(trainer.model, options=FULL)
+        dist.destroy_process_group()
+    except BaseException:
+        errors.put(f"trainer-rank-{rank}: {traceback.format_exc()}")
+        raise
+
+
+def _watch(leader: int) -> None:
+    while True:
+        time.sleep(WATCH_S)
+        if os.getppid() != leader:  # rank 0 exited, or was killed: this rank has no one to follow
+            os._exit(1)
