@@ -1,11 +1,11 @@
-"""`Buffer`: turns scored groups into a trainer `Batch`, enforcing the staleness bound; and the
-lineage store that records the fate of every sample.
+"""`Buffer`: turns scored groups into a trainer `Batch`, enforcing the staleness bound, and hands
+every sample's fate to the lineage store (`tempering.lineage`, which owns how it is kept).
 
 A sample is trained, or dropped with a reason: `stale` (its oldest model token is more than
 `max_staleness` versions behind the trainer), `failed` (its reward is an infrastructure failure),
 `uniform` (every surviving sample of its group scored the same, so no GRPO signal), or `alone`
 (the only survivor of its group, when the advantage is group-relative and so 0 for it). Every
-sample passes through `LineageStore.record` exactly once. Rewards are shaped first (DAPO's
+sample passes through the store's `record` exactly once. Rewards are shaped first (DAPO's
 overlong penalty, recorded as the component `overlong`), then advantages are computed once over
 the whole batch of survivors (batch-normalised ones need every group). Packing here is one
 right-padded row per sample; token-budget packing comes later. Refilling uniform groups
@@ -14,16 +14,15 @@ right-padded row per sample; token-budget packing comes later. Refilling uniform
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from tempering.algorithms import AdvantageSpec, Overlong
 from tempering.config import BufferConfig
+from tempering.lineage import LineageStore
 from tempering.records import Batch, Group, Reward, Trajectory
 
 DROP_REASONS = ("stale", "failed", "uniform", "alone")
@@ -37,33 +36,6 @@ class Accounting:
     @property
     def total(self) -> int:
         return self.trained + sum(self.dropped.values())
-
-
-class LineageStore:
-    """Append-only JSONL of samples: task, versions, reward components, fate, step."""
-
-    def __init__(self, path: Path | None):
-        self.path = path
-        self._file = open(path, "a") if path is not None else None
-
-    def record(self, group: Group, i: int, fate: str, step: int) -> None:
-        if self._file is None:
-            return
-        t, r = group.trajectories[i], group.rewards[i]
-        row = {"step": step, "task": t.task_id, "domain": t.domain, "prompt": group.task.prompt[:200],
-               "sample": t.sample_index, "fate": fate,
-               "versions": [min(t.versions, default=-1), max(t.versions, default=-1)],
-               "tokens": t.num_model_tokens, "reward": r.total, "components": dict(r.components),
-               "failed": r.failed, "reason": r.reason, "text": t.text[:200]}
-        self._file.write(json.dumps(row) + "\n")
-
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
 
 
 class Buffer:
@@ -83,7 +55,6 @@ class Buffer:
             survivor = self._filter(self._shaped(g), version, step, acct)
             if survivor is not None:
                 kept.append(survivor)
-        self.lineage.flush()
         if not kept:
             return None, [], acct
         self._advantages(kept)

@@ -1,18 +1,21 @@
 """Metrics: one record per step to JSONL, TensorBoard and a progress bar; the reward plot.
 
 `Metrics.log(step, values)` takes flat `name -> number` values (nested dicts are flattened with
-'/'), writes a line to `metrics.jsonl`, scalars to TensorBoard event files, and updates the
-terminal progress bar. Prometheus export and the dashboard are not here yet.
+'/'), writes a line to `metrics.jsonl`, scalars to TensorBoard event files, the step's values
+to the Prometheus endpoint when one is asked for (`prometheus`) and to the experiment trackers
+named (`trackers`: W&B, MLflow), and updates the terminal progress bar. The dashboard (`tempering view`) reads the run directory; it is not fed from here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from tempering.config import MetricsConfig
+from tempering.trackers import open_trackers
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -40,6 +43,13 @@ class Metrics:
 
             self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=first_step + 1 if first_step else None)
             self._summary = Summary
+        self._prometheus = None
+        if cfg.prometheus_port >= 0:
+            from tempering.prometheus import PrometheusEndpoint
+
+            self._prometheus = PrometheusEndpoint(run_dir, cfg.prometheus_host, cfg.prometheus_port)
+            print(f"[tempering] Prometheus metrics at {self._prometheus.url}", file=sys.stderr, flush=True)
+        self._trackers = open_trackers(run_dir, cfg.trackers, cfg.project, cfg.mlflow_uri) if cfg.trackers else []
         self._bar = None
         if cfg.progress:
             from tqdm import tqdm
@@ -53,6 +63,10 @@ class Metrics:
         if self._tb is not None:  # one event per step: add_scalar per key costs ~40 us each
             values = [self._summary.Value(tag=k, simple_value=v) for k, v in flat.items()]
             self._tb._get_file_writer().add_summary(self._summary(value=values), step)
+        if self._prometheus is not None:
+            self._prometheus.update(step, flat)
+        for tracker in self._trackers:
+            tracker.log(step, flat)
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
@@ -68,6 +82,10 @@ class Metrics:
 
     def close(self) -> None:
         self._file.close()
+        if self._prometheus is not None:
+            self._prometheus.close()
+        for tracker in self._trackers:
+            tracker.close()
         if self._tb is not None:
             self._tb.close()
         if self._bar is not None:

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tempering.algorithms import Overlong, get_advantage
-from tempering.buffer import Buffer, LineageStore
+from tempering.buffer import Buffer
+from tempering.lineage import LineageStore
 from tempering.config import BufferConfig
 from tempering.records import Group, Reward, Task, Trajectory
 
@@ -27,7 +28,7 @@ TASK = Task(id="t", domain="d", prompt="p", answer="a")
 
 
 def make_buffer(tmp_path, k=1, drop_uniform=True, advantage="drgrpo", overlong=Overlong()):
-    lineage = LineageStore(tmp_path / "samples.jsonl")
+    lineage = LineageStore(tmp_path)
     return Buffer(BufferConfig(max_staleness=k, drop_uniform_groups=drop_uniform), get_advantage(advantage), lineage,
                   overlong=overlong), lineage
 
@@ -56,6 +57,7 @@ def test_synchronous_bound_drops_anything_older(tmp_path):
     g = Group(TASK, [traj(0, [2, 2, 2]), traj(1, [2, 2, 2]), traj(2, [1, 2, 2])],
               [reward(1.0), reward(0.0), reward(1.0)])
     _, _, acct = buf.make_batch([g], version=2, step=0)
+    lineage.close()
     assert acct.trained == 2 and acct.dropped["stale"] == 1
 
 
