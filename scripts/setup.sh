@@ -20,7 +20,7 @@ PYTHON=${PYTHON:-python3}
 # pull a multi-GB CUDA build. Elsewhere, TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # picks PyTorch's CPU wheels.
 .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,ray]"  # ray: the Ray runtime's tests run in CI too
 # The sandbox's read-only toolchain (.toolchain: pytest and installer shims for task folders).
 # Offline, an earlier build is kept (refreshed); without one, tasks that need it are skipped.
 .venv/bin/python -m tempering.sandbox.toolchain.build \

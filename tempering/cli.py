@@ -1,4 +1,4 @@
-"""The `tempering` command: train | train-rm | serve | generate | tasks [run-folder | import | check] | sandbox.
+"""The `tempering` command: train | train-rm | serve | generate | tasks [run-folder | import | check] | sandbox | view.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -26,15 +26,20 @@ def main(argv: list[str] | None = None) -> int:
                        description="Overrides: --section.key=value, e.g. --trainer.lr=1e-4 --run.name=try2")
     p.add_argument("--config", help="TOML config file (default: built-in defaults)")
     p.add_argument("--resume", action="store_true", help="continue the run from its latest checkpoint")
+    p.add_argument("--runtime", choices=("local", "ray"), help="where rollout workers run (--runtime.kind)")
+    p.add_argument("--address", help="the Ray cluster to join: 'local' (a private instance), 'auto', HOST:PORT "
+                   "(--runtime.address)")
     p.set_defaults(handler=_train)
 
     from tempering.engine.server import add_parser as add_serve
     from tempering.reward.rm_training import add_parser as add_train_rm
     from tempering.sandbox.cli import add_parser as add_sandbox
+    from tempering.view.server import add_parser as add_view
 
     add_serve(sub)
     add_sandbox(sub)
     add_train_rm(sub)
+    add_view(sub)
 
     p = sub.add_parser("generate", help="sample completions from a model folder")
     p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
@@ -61,7 +66,10 @@ def _train(args: argparse.Namespace, overrides: list[str]) -> int:
     from tempering.runtime import Stall, WorkerFailed
     from tempering.train import train
 
-    cfg = load_config(args.config, overrides)
+    # the short flags are overrides like any other; the ones spelled out, later, win
+    short = [f"--runtime.{key}={value}" for key, value in (("kind", args.runtime), ("address", args.address))
+             if value is not None]
+    cfg = load_config(args.config, short + overrides)
     try:
         summary = train(cfg, resume=args.resume)
     except WorkerFailed as e:

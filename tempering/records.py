@@ -2,7 +2,7 @@
 
 Plain dataclasses, no behaviour beyond small derived properties and validation of invariants.
 Tensors appear only in `Batch`, the trainer's input; everything upstream is Python lists so it
-pickles cheaply between processes and serialises to JSON for the lineage store.
+pickles cheaply between processes and is written as it is to the lineage store.
 """
 
 from __future__ import annotations

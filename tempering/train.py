@@ -1,11 +1,12 @@
 """`train`: builds the components from the config and runs the post-training loop.
 
-Read top to bottom: prepare the run (or resume it), SFT warm-up, then with the rollout worker
-running: a baseline evaluation, the RL loop (the worker feeds scored groups through a bounded
-queue; the trainer filters them by staleness, steps, and publishes the next weight version), a
-checkpoint and a final evaluation; then the summary. The worker runs the evaluations too, so the
-trainer process builds no engine and no sandbox. This module wires components together; it
-implements none of them.
+Read top to bottom: prepare the run (or resume it), SFT warm-up, then with the rollout workers
+running on the runtime `[runtime]` names (local processes or a Ray cluster): a baseline
+evaluation, the RL loop (the workers feed scored groups through a bounded queue; the trainer
+filters them by staleness, steps, and publishes the next weight version), a checkpoint and a
+final evaluation; then the summary. A worker runs the evaluations too, so the trainer process
+builds no engine and no sandbox. This module wires components together; it implements none of
+them.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from tqdm import tqdm
 from tempering.errors import UserError
 from tempering.agent.format import tool_format
 from tempering.algorithms import AdvantageSpec, Overlong, get_advantage
-from tempering.buffer import Accounting, Buffer, LineageStore
-from tempering.config import Config, ConfigError, ModelConfig, TokenizerConfig, to_dict
+from tempering.buffer import Accounting, Buffer
+from tempering.config import Config, ConfigError, ModelConfig, RuntimeConfig, TokenizerConfig, to_dict
 from tempering.evaluation import EvalResult
+from tempering.lineage import LineageStore, rewind as rewind_lineage
 from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
@@ -37,10 +39,13 @@ from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
 from tempering.runtime import StopRequest, threads_per_process
+from tempering.runtime.factory import open_runtime
 from tempering.sandbox import telemetry as sandbox_log
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
+from tempering.trainer.group import TrainerGroup
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tempering.trainer.distributed import read_shards
 from tempering.trainer.sft import fitting, sft_warmup
 
 
@@ -50,12 +55,13 @@ class Run:
     dir: Path
     tokenizer: Tokenizer
     model: Decoder
-    trainer: Trainer
+    trainer: Trainer | TrainerGroup  # a group when runtime.trainer_ranks > 1 (from the RL loop on)
     scheduler: GlobalScheduler  # owns the task pool
     advantage: AdvantageSpec  # the buffer's; gae is computed by the trainer with its critic
     state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
     started: float  # time.monotonic() when this invocation started
     threads: int  # torch threads of each process
+    shards: Path | None = None  # a sharded checkpoint resumed from: the trainer group loads it once started
 
     @property
     def wall_seconds(self) -> float:
@@ -69,23 +75,38 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
         run = prepare(cfg, resume, started)
         if run.state["baseline"] is None:
             warm_up(run, stop)
-        with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler) as rollout:
-            if run.state["baseline"] is None:
-                run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
-            if not stop.is_set():
-                rl_loop(run, rollout, stop)
-            checkpoint(run)
-            final = run_eval(run, rollout, "final")
-        return finish(run, final, stop.reason)
+        runtime = open_runtime(cfg.runtime)
+        try:
+            if cfg.runtime.trainer_ranks > 1:  # from the warmed-up (or restored) single-process trainer
+                run.trainer = TrainerGroup(run.model, run.trainer, cfg.runtime.trainer_ranks, run.threads,
+                                           cfg.run.stall_timeout_s)
+                if run.shards is not None:  # each rank reads its own shards (resharded at another count)
+                    run.trainer.load(run.shards)
+            with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler, runtime,
+                                cfg.runtime.replicas, cfg.runtime.replica_resources) as rollout:
+                if run.state["baseline"] is None:
+                    run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
+                if not stop.is_set():
+                    rl_loop(run, rollout, stop)
+                checkpoint(run)
+                final = run_eval(run, rollout, "final")
+                replicas = rollout.report()
+        finally:
+            runtime.close()
+            if isinstance(run.trainer, TrainerGroup):
+                run.trainer.close()
+        # the embedded default's one replica says nothing new; more replicas, or Ray, say where they ran
+        return finish(run, final, stop.reason, replicas if cfg.runtime != RuntimeConfig() else None)
 
 
 def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
     """Until run.steps, or until `stop` (a signal or the time budget) at a step boundary."""
     cfg = run.cfg
-    lineage = LineageStore(run.dir / "samples.jsonl")
+    lineage = LineageStore(run.dir, cfg.run.stall_timeout_s)  # lineage.sqlite and samples.jsonl
     overlong = Overlong(cfg.algorithm.overlong_buffer, cfg.algorithm.overlong_penalty, cfg.rollout.max_tokens)
     buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id, overlong)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
+    saved: dict[str, float] = {}  # a checkpoint's seconds, reported in the next step's row
     try:
         while run.state["step"] < cfg.run.steps and not stop.is_set():
             tick = time.perf_counter()
@@ -108,14 +129,18 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]
-            if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
-                timings["checkpoint"] = timed(checkpoint, run)
+            timings.update(saved)  # the checkpoint written after the previous step's row
+            saved = {}
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
                 t0 = time.perf_counter()
                 result = run_eval(run, rollout, f"step-{step:06d}")
                 timings["eval"] = time.perf_counter() - t0
                 metrics.log_eval(step, result.accuracy, result.per_domain)
             metrics.log(step, step_record(run, batch_in, groups, acct, stats, timings))
+            # after the step's row: a kill between the two must not leave a checkpoint whose
+            # step has no row (the resume would go on past it and the row would never be written)
+            if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
+                saved["checkpoint"] = timed(checkpoint, run)
     finally:
         metrics.close()
         lineage.close()
@@ -134,10 +159,16 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         raise UserError(f"{run_dir} already holds a run; pick another --run.name or pass --resume")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
-    threads = threads_per_process(cfg.run.threads, processes=2)  # the trainer and the rollout worker
+    # the trainer and the rollout workers that share this machine's cores (a cluster's run elsewhere)
+    here = cfg.runtime.replicas if cfg.runtime.kind == "local" or cfg.runtime.address == "local" else 0
+    threads = threads_per_process(cfg.run.threads, processes=cfg.runtime.trainer_ranks + here)
+    if cfg.runtime.trainer_ranks > 1 and cfg.algorithm.advantage == "gae":
+        raise ConfigError("runtime.trainer_ranks > 1: algorithm.advantage = 'gae' needs a critic, which the FSDP "
+                          "trainer does not shard yet")
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
     state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
+    trainer_state = None
     if ckpt is not None:
         model, trainer_state, state = load_checkpoint(ckpt)
     scheduler = GlobalScheduler(cfg.tasks, cfg.scheduler, cfg.rollout.tasks_per_step, cfg.buffer.max_staleness,
@@ -153,6 +184,7 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         # Steps after the checkpoint are redone: forget what the interrupted run logged for them.
         rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state["step"])
         rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state["step"])
+        rewind_lineage(run_dir, state["step"])
         sandbox_log.rewind(run_dir, state["step"])
     else:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool)
@@ -160,14 +192,19 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     tokenizer.save(run_dir / "tokenizer")
     trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens,
                       total_steps=cfg.run.steps)
-    if ckpt is not None:
+    shards = None
+    if trainer_state is not None:
         trainer.load_state_dict(trainer_state)
+    elif ckpt is not None and cfg.runtime.trainer_ranks > 1:
+        shards = ckpt
+    elif ckpt is not None:  # a sharded checkpoint resumed in one process: DCP reads the full tensors
+        read_shards(ckpt, trainer)
     advantage = get_advantage(cfg.algorithm.advantage)  # names were checked when the config loaded
     unknown = sorted(set(cfg.reward.domain_weights) - set(cfg.tasks.weights))
     if unknown:
         raise ConfigError(f"reward.domain_weights.{unknown[0]}: not a domain of tasks.weights "
                           f"({', '.join(sorted(cfg.tasks.weights))})")
-    return Run(cfg, run_dir, tokenizer, model, trainer, scheduler, advantage, state, started, threads)
+    return Run(cfg, run_dir, tokenizer, model, trainer, scheduler, advantage, state, started, threads, shards)
 
 
 def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, pool: TaskPool) -> Tokenizer:
@@ -252,8 +289,13 @@ def run_eval(run: Run, rollout: RolloutService, label: str) -> EvalResult:
 
 
 def checkpoint(run: Run) -> None:
-    save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(),
-                    {**run.state, "wall_seconds": run.wall_seconds, "scheduler": run.scheduler.state_dict()})
+    """Rank 0's full model as an HF folder always; the trainer's state as one file (gathered on
+    rank 0), or, with `runtime.checkpoint_format = "sharded"`, as each rank's shards."""
+    state = {**run.state, "wall_seconds": run.wall_seconds, "scheduler": run.scheduler.state_dict()}
+    if isinstance(run.trainer, TrainerGroup) and run.cfg.runtime.checkpoint_format == "sharded":
+        save_checkpoint(run.dir, run.model, run.tokenizer, None, state, shards=run.trainer.save)
+    else:
+        save_checkpoint(run.dir, run.model, run.tokenizer, run.trainer.state_dict(), state)
 
 
 def timed(fn, *args) -> float:
@@ -263,7 +305,7 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - t0
 
 
-def finish(run: Run, final: EvalResult, stopped: str) -> dict[str, Any]:
+def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, Any] | None = None) -> dict[str, Any]:
     baseline = run.state["baseline"]
     summary = {
         "baseline_accuracy": baseline["accuracy"], "final_accuracy": final.accuracy,
@@ -273,6 +315,8 @@ def finish(run: Run, final: EvalResult, stopped: str) -> dict[str, Any]:
         "stopped": stopped or None,
         "samples": sample_fates(run.dir / "samples.jsonl"), "run_dir": str(run.dir),
     }
+    if replicas is not None:  # nodes they ran on, those lost and why, groups re-placed and set aside
+        summary["replicas"] = replicas
     if run.cfg.metrics.plot and (run.dir / "metrics.jsonl").exists():
         plot_rewards(run.dir / "metrics.jsonl", run.dir / "reward_per_domain.png")
         summary["plot"] = str(run.dir / "reward_per_domain.png")
@@ -331,7 +375,8 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         **episode_record(rollout.groups),
         "staleness": {"mean": sum(staleness) / max(len(staleness), 1), "max": max(staleness, default=0)},
         "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()},
-                    "refilled_groups": rollout.refilled},
+                    "refilled_groups": rollout.refilled,
+                    **({"requeued_groups": rollout.requeued} if rollout.requeued else {})},
         # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's
         # start-up (first step), checkpoint writes and held-out evaluations are timed apart.
         "seconds": seconds,

@@ -1,9 +1,17 @@
-"""Shared fixtures: tiny random HF models saved to a temp folder, and torch thread settings."""
+"""Shared fixtures: tiny random HF models saved to a temp folder, one short real training run
+(scraped at its Prometheus endpoint while it runs), and torch thread settings."""
 
 from __future__ import annotations
 
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 import torch
+from run_helpers import ROOT, train_command
 
 torch.set_num_threads(1)
 
@@ -19,3 +27,38 @@ def hf_llama_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("llama")
     model.save_pretrained(path)
     return path, model
+
+
+@dataclass
+class ShortRun:
+    dir: Path
+    returncode: int
+    stderr: str
+    scrapes: list[str]  # the Prometheus endpoint's answers while it ran, in order
+
+
+@pytest.fixture(scope="session")
+def short_run(tmp_path_factory) -> ShortRun:
+    """3 steps of the demo's mix, an evaluation at step 2, a checkpoint every 2 steps, and the
+    Prometheus endpoint on a free port, scraped every 50 ms while the run lives. The code domain's
+    programs run in the sandbox: 300 SFT steps make most of them end (at 40, a run could pass as
+    few as two programs to the sandbox)."""
+    root = tmp_path_factory.mktemp("short_run")
+    proc = subprocess.Popen(train_command(root, "--run.name=e2e", "--run.steps=3", "--run.checkpoint_every=2",
+                                          "--eval.every=2", "--sft.steps=300", "--metrics.prometheus_port=0"),
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run, scrapes, deadline = root / "e2e", [], time.monotonic() + 300
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            port = run / "prometheus.port"
+            if port.exists() and port.read_text().strip():
+                try:
+                    url = f"http://127.0.0.1:{port.read_text().strip()}/metrics"
+                    scrapes.append(urllib.request.urlopen(url, timeout=5).read().decode())
+                except OSError:
+                    pass  # the run closed its endpoint as it ended
+            time.sleep(0.05)
+        _, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        proc.kill()
+    return ShortRun(run, proc.returncode, stderr, scrapes)

@@ -92,3 +92,27 @@ def test_a_bug_shows_its_traceback_and_only_user_errors_are_one_line(monkeypatch
     monkeypatch.setattr(tempering.train, "train", bad_input)
     assert main(["train", "--run.steps=1"]) == 2
     assert capsys.readouterr().err == "error: model.path /nowhere: no such folder\n"
+
+
+def test_runtime_and_address_are_overrides_of_the_runtime_section(monkeypatch, capsys):
+    import tempering.train
+    from tempering.cli import main
+
+    seen = []
+    monkeypatch.setattr(tempering.train, "train", lambda cfg, resume=False: seen.append(cfg) or {})
+    assert main(["train", "--runtime", "ray", "--address", "10.0.0.1:6379", "--runtime.replicas=2"]) == 0
+    assert (seen[0].runtime.kind, seen[0].runtime.address, seen[0].runtime.replicas) == ("ray", "10.0.0.1:6379", 2)
+    assert main(["train", "--address", "auto", "--runtime.address=ray://h:10001"]) == 0  # spelled out: it wins
+    assert (seen[1].runtime.kind, seen[1].runtime.address) == ("local", "ray://h:10001")
+
+
+def test_ray_not_installed_is_one_clear_line(monkeypatch):
+    from tempering.config import RuntimeConfig
+    from tempering.errors import UserError
+    from tempering.runtime.factory import open_runtime
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as where it is not installed
+    monkeypatch.delitem(sys.modules, "tempering.runtime.ray", raising=False)
+    with pytest.raises(UserError, match=r'Ray is not installed \(pip install "tempering\[ray\]"\)'):
+        open_runtime(RuntimeConfig(kind="ray"))
+    assert type(open_runtime(RuntimeConfig())).__name__ == "LocalRuntime"

@@ -78,3 +78,23 @@ def test_choices_are_checked_when_sections_are_built_in_code():
         EngineConfig(attention="flx")
     with pytest.raises(ConfigError, match="trainer.schedule"):
         TrainerConfig(schedule="linear")
+
+
+def test_runtime_section_defaults_and_checks():
+    cfg = load_config(None, ["--runtime.kind=ray", "--runtime.address=10.0.0.1:6379", "--runtime.replicas=2",
+                             "--runtime.replica_resources={ engine = 1 }"])
+    r = cfg.runtime
+    assert (r.kind, r.address, r.replicas, r.replica_resources) == ("ray", "10.0.0.1:6379", 2, {"engine": 1.0})
+    assert load_config().runtime.kind == "local" and load_config().runtime.replicas == 1
+    for override, words in (("--runtime.kind=slurm", "runtime.kind: expected one of 'local', 'ray'"),
+                            ("--runtime.replicas=0", "runtime.replicas: expected an integer >= 1"),
+                            ("--runtime.replica_resources={ CPU = 1 }", "runtime.replica_resources.CPU"),
+                            ("--runtime.nodes=3", "runtime.nodes: unknown key"),
+                            ("--runtime.checkpoint_format=dcp", "runtime.checkpoint_format: expected one of 'full'"),
+                            ("--runtime.checkpoint_format=sharded", "runtime.checkpoint_format: expected 'full' when "
+                             "runtime.trainer_ranks is 1")):
+        with pytest.raises(ConfigError, match=words):
+            load_config(None, [override])
+    assert load_config().runtime.checkpoint_format == "full"
+    assert load_config(None, ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
+                       ).runtime.checkpoint_format == "sharded"

@@ -108,11 +108,23 @@ class EngineConfig:
     kv_blocks: int = 0  # KV blocks in the pool; 0 = enough for max_batch_size full-length sequences
     max_batched_tokens: int = 512  # tokens per engine step: decodes plus chunks of prefill
     prefix_cache: bool = True  # reuse full KV blocks across requests (salted by policy version)
+    # host (CPU) memory, in KV blocks, for preemption by swap: a preempted sequence's KV waits there
+    # instead of being recomputed; 0 = preempt by recompute only (also the fallback when it is full)
+    swap_blocks: int = 0
     kv_dtype: Literal["fp32", "int8"] = "fp32"  # int8: per-token scales, about 0.27x the bytes
+    # a directory: keys and values live in a memory-mapped file there, and blocks a step did not
+    # read or write leave memory after it (engine.kv_offload); "" = all in memory
+    kv_offload_dir: str = ""
     sliding_window: int = 0  # > 0: attend to the last this-many tokens (plus sinks); bounded KV
     attention_sinks: int = 0  # first tokens every query keeps attending to (with sliding_window)
     attention: Literal["sdpa", "flex"] = "sdpa"  # flex: block-sparse flex_attention for prefill
     compile_flex: bool = False  # compile flex_attention (faster, compiles on first use)
+    # block-sparse attention (engine.sparse): > 0 = each query row reads the sink blocks, the local
+    # blocks and this many more chosen by score, of `block_size` tokens each; 0 = dense
+    sparse_topk: int = 0
+    sparse_sink_blocks: int = 1
+    sparse_local_blocks: int = 2
+    sparse_layers: tuple[int, ...] = ()  # the layers that attend sparsely; () = every layer
     request_timeout_s: float = 600.0  # the server's deadline for one request
     max_request_sequences: int = 256  # the server refuses requests asking for more (prompts x n)
 
@@ -122,6 +134,8 @@ class EngineConfig:
         _require(self.max_seq_len > 0, "engine.max_seq_len", "an integer > 0", self.max_seq_len)
         _require(self.block_size > 0, "engine.block_size", "an integer > 0", self.block_size)
         _require(self.kv_blocks >= 0, "engine.kv_blocks", "an integer >= 0 (0 = auto)", self.kv_blocks)
+        _require(self.swap_blocks >= 0, "engine.swap_blocks", "an integer >= 0 (0 = no swap, recompute)",
+                 self.swap_blocks)
         _require(self.max_batched_tokens > 0, "engine.max_batched_tokens", "an integer > 0",
                  self.max_batched_tokens)
         _require(self.sliding_window >= 0, "engine.sliding_window", "an integer >= 0 (0 = off)",
@@ -129,6 +143,14 @@ class EngineConfig:
         _require(self.attention_sinks >= 0, "engine.attention_sinks", "an integer >= 0", self.attention_sinks)
         _require(self.sliding_window > 0 or self.attention_sinks == 0, "engine.attention_sinks",
                  "0 unless sliding_window > 0", self.attention_sinks)
+        _require(self.sparse_topk >= 0, "engine.sparse_topk", "an integer >= 0 (0 = dense)", self.sparse_topk)
+        _require(self.sparse_sink_blocks >= 0, "engine.sparse_sink_blocks", "an integer >= 0", self.sparse_sink_blocks)
+        _require(self.sparse_local_blocks >= 1, "engine.sparse_local_blocks", "an integer >= 1 (the row's own block)",
+                 self.sparse_local_blocks)
+        _require(not (self.sparse_topk and self.sliding_window), "engine.sparse_topk",
+                 "0 with a sliding_window (one or the other bounds what a query reads)", self.sparse_topk)
+        _require(all(layer >= 0 for layer in self.sparse_layers), "engine.sparse_layers", "layer indices >= 0",
+                 list(self.sparse_layers))
         _require(self.request_timeout_s > 0, "engine.request_timeout_s", "a number > 0", self.request_timeout_s)
         _require(self.max_request_sequences > 0, "engine.max_request_sequences", "an integer > 0",
                  self.max_request_sequences)
@@ -487,6 +509,66 @@ class MetricsConfig:
     progress: bool = True  # progress bar on the terminal
     tensorboard: bool = True
     plot: bool = True  # PNG of reward per domain at the end
+    # the trainer's Prometheus endpoint (GET /metrics): -1 off, 0 any free port (the port taken is
+    # written to prometheus.port in the run directory), else that port
+    prometheus_port: int = -1
+    prometheus_host: str = "127.0.0.1"  # "0.0.0.0" to be scraped from other machines
+    # experiment trackers each step also goes to (`tempering.trackers`): "wandb", "mlflow"
+    trackers: tuple[str, ...] = ()
+    project: str = "tempering"  # the W&B project / MLflow experiment a run goes into
+    mlflow_uri: str = ""  # MLflow tracking URI; "" = MLFLOW_TRACKING_URI, else MLflow's default
+
+    def __post_init__(self) -> None:
+        for name in self.trackers:
+            _require(name in ("wandb", "mlflow"), "metrics.trackers", 'a list of "wandb", "mlflow"', list(self.trackers))
+        _require(len(set(self.trackers)) == len(self.trackers), "metrics.trackers", "each tracker once",
+                 list(self.trackers))
+        _require(-1 <= self.prometheus_port <= 65535, "metrics.prometheus_port", "-1 (off), 0 (any free port) or a "
+                 "port number", self.prometheus_port)
+        _require(bool(self.prometheus_host.strip()), "metrics.prometheus_host", "a host name or address",
+                 self.prometheus_host)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Where the rollout workers run (`tempering.runtime`): "local" processes on this machine,
+    or actors on a Ray cluster (`pip install "tempering[ray]"`)."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: "local" starts a private instance; HOST:PORT, ray://HOST:PORT or "auto" joins a cluster
+    address: str = "local"
+    replicas: int = 1  # engine replicas, each a rollout worker (and a sandbox node when a domain needs one)
+    # ray: custom resources each replica asks its node for, e.g. { engine = 1 } where only
+    # engine nodes offer "engine" (one replica per node then); local: ignored
+    replica_resources: dict[str, float] = field(default_factory=dict)
+    # processes of the RL trainer (FSDP2 ranks, `trainer.group`), on the machine `tempering train`
+    # runs on: gloo on CPU, NCCL with one GPU per rank
+    trainer_ranks: int = 1
+    # what a checkpoint of trainer ranks holds: "full" (the single-process format: rank 0 gathers
+    # the optimizer state) or "sharded" (every rank writes its own shards with
+    # torch.distributed.checkpoint; rank 0 still writes the full model as an HF folder)
+    checkpoint_format: Literal["full", "sharded"] = "full"
+    # ray: the deadlines of connecting, of placing a worker (or starting the hub), and of any
+    # remote call beyond the wait it was asked for; local: not read
+    connect_timeout_s: float = 60.0
+    start_timeout_s: float = 120.0
+    call_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _require_choices(self, "runtime")
+        for key in ("connect_timeout_s", "start_timeout_s", "call_timeout_s"):
+            _require(getattr(self, key) > 0, f"runtime.{key}", "a number of seconds > 0", getattr(self, key))
+        _require(type(self.trainer_ranks) is int and self.trainer_ranks >= 1, "runtime.trainer_ranks",
+                 "an integer >= 1", self.trainer_ranks)
+        _require(self.checkpoint_format == "full" or self.trainer_ranks > 1, "runtime.checkpoint_format",
+                 "'full' when runtime.trainer_ranks is 1 ('sharded' shards over trainer ranks)",
+                 self.checkpoint_format)
+        _require(bool(self.address), "runtime.address", "'local', 'auto', HOST:PORT or ray://HOST:PORT", self.address)
+        _require(type(self.replicas) is int and self.replicas >= 1, "runtime.replicas", "an integer >= 1",
+                 self.replicas)
+        for name, amount in self.replica_resources.items():
+            _require(amount > 0 and name not in ("CPU", "GPU"), f"runtime.replica_resources.{name}",
+                     "an amount > 0 of a custom resource (not CPU or GPU)", amount)
 
 
 @dataclass(frozen=True)
@@ -506,6 +588,7 @@ class Config:
     sft: SftConfig = field(default_factory=SftConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
     @property
     def run_dir(self) -> Path:

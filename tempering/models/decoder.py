@@ -3,13 +3,16 @@
 Parameter names are HF's (`model.layers.0.self_attn.q_proj.weight`, ...) so checkpoints load by
 name. The module knows nothing about KV caches: attention over past tokens is delegated to an
 `attention` callable passed to `forward`, which the engine implements with its cache; without
-one, each row is attended causally on its own (the trainer's path). Parallelism and compilation
-are applied from outside.
+one, each row is attended causally on its own (the trainer's path). Likewise the trainer may pass
+a `head` callable that takes the final hidden states and the LM head's weight in place of the
+logits (chunked logprobs never build `[tokens, vocab]`); it goes through `forward` so that hooks
+applied from outside (FSDP2 gathering the weight) still run. Parallelism and compilation are
+applied from outside.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +23,8 @@ from tempering.models.rope import apply_rotary, cos_sin, inverse_frequencies
 
 # attention(layer_index, q [B,H,T,D], k [B,KVH,T,D], v [B,KVH,T,D]) -> [B,H,T,D]
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# head(hidden [B,T,hidden] after the final norm, lm_head weight [vocab, hidden]) -> what forward returns
+Head = Callable[[torch.Tensor, torch.Tensor], Any]
 
 
 def causal_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -122,9 +127,12 @@ class Decoder(nn.Module):
         return self.model(input_ids, self.inv_freq, positions, attention)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
-                attention: Attention = causal_attention) -> torch.Tensor:
-        """-> logits [B, T, vocab] in fp32."""
-        return self.lm_head(self.hidden_states(input_ids, positions, attention)).float()
+                attention: Attention = causal_attention, head: Head | None = None) -> Any:
+        """-> logits [B, T, vocab] in fp32; with `head`, what head(hidden, lm_head.weight) returns."""
+        hidden = self.hidden_states(input_ids, positions, attention)
+        if head is not None:
+            return head(hidden, self.lm_head.weight)
+        return self.lm_head(hidden).float()
 
     def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
         init_parameters(self, generator, std)
