@@ -128,7 +128,7 @@ def base_overrides(out: Path, slots: int, seed: int, lr: float) -> list[str]:
 @dataclasses.dataclass
 class Clock:
     budget_s: float
-    spawned_at: float | None = None  # time.monotonic() when the rollout worker was spawned
+    spawned_at: float | None = None  # time.time() when the rollout worker was spawned
     ready: float | None = None  # ... when it was ready to generate
     ready_wall: float | None = None  # the same instant, as time.time()
     ended: float | None = None  # when the RL loop returned
@@ -168,10 +168,10 @@ def patched(clock: Clock | None, baseline: EvalResult | None) -> Iterator[None]:
         def timed_next_batch(*args, **kwargs):
             batch = next_batch(*args, **kwargs)
             if batch is not None and clock.ready is None:
-                now = time.monotonic()
+                now, wall = time.monotonic(), time.time()
                 startup = batch.startup_s
-                clock.ready = clock.spawned_at + startup if startup is not None and clock.spawned_at else now
-                clock.ready_wall = time.time() - (now - clock.ready)
+                clock.ready_wall = clock.spawned_at + startup if startup is not None and clock.spawned_at else wall
+                clock.ready = now - (wall - clock.ready_wall)
                 stop.deadline = clock.ready + clock.budget_s
             return batch
 
@@ -282,7 +282,7 @@ def summarize(run_dir: Path, clock: Clock, summary: dict[str, Any]) -> dict[str,
         "eval_accuracy": round(summary["final_accuracy"], 4),
         "steps": len(rows), "trained_samples": int(trained), "dropped": dropped,
         "wall_s": round(wall, 1),
-        "worker_startup_s": round(clock.ready - clock.spawned_at, 1) if clock.spawned_at else None,
+        "worker_startup_s": round(clock.ready_wall - clock.spawned_at, 1) if clock.spawned_at else None,
         "step_s_mean": round(wall / max(len(rows), 1), 3),
     }
     syncs = {k: round(sum(col(f"seconds/{k}")), 2) for k in ("weight_publish", "weight_pull", "weight_drain")

@@ -121,11 +121,12 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             published = rollout.publish(run.model, run.state["version"])
             timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds,
                        **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()},
-                       # weight sync: this publish, the worker's pulls and drains since the previous batch;
-                       # since the worker started: engine busy seconds (idle = 1 - busy/wall), versions loaded
-                       "weight_publish": published, "weight_pull": batch_in.sync.pull_s,
-                       "weight_drain": batch_in.sync.drain_s, "engine_busy": batch_in.engine_busy_s,
-                       "syncs": batch_in.sync_total.syncs}
+                       # weight sync: this publish, the workers' fetches (blobs, broadcasts), pulls and drains
+                       # since the previous batch; since the workers started: engine busy seconds (idle =
+                       # 1 - busy/wall), versions loaded
+                       "weight_publish": published, "weight_fetch": batch_in.sync.fetch_s,
+                       "weight_pull": batch_in.sync.pull_s, "weight_drain": batch_in.sync.drain_s,
+                       "engine_busy": batch_in.engine_busy_s, "syncs": batch_in.sync_total.syncs}
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]
@@ -245,7 +246,7 @@ def rollout_spec(run: Run) -> RolloutSpec:
         sandbox=cfg.sandbox, scheduler=cfg.scheduler, plugins=cfg.tasks.plugins,
         needs_sandbox=run.scheduler.pool.needs_sandbox, rollout=cfg.rollout, reward=cfg.reward,
         eval_max_tokens=cfg.eval.max_tokens, seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
-        stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.monotonic())
+        stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.time())
 
 
 # ---------------------------------------------------------------------------------------------

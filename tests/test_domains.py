@@ -1,6 +1,6 @@
 """The domain contract: weights by domain, family or glob; datasets drawn without replacement;
 a plugin domain from a package outside Tempering, used by a spawned worker; a heavy verifier
-that overruns its deadline is killed with its process."""
+that overruns its deadline is killed with its process, and its deadline starts with that process."""
 
 from __future__ import annotations
 
@@ -59,17 +59,42 @@ def _hang(task, sample, ctx):
     return Verdict({"outcome": 1.0})
 
 
-register([Domain("slow/hang", "a verifier that never returns", _hang, make=_fixed("slow/hang"), heavy=True)], "test")
+def _quick(task, sample, ctx):
+    return Verdict({"outcome": 1.0}, "done")
+
+
+def _slowly(tokenizer):
+    time.sleep(5.0)  # in the worker process, as it starts: longer than the verifier's deadline
+    return tokenizer
+
+
+class _SlowToStart:
+    """A tokenizer whose copy in a heavy verifier's worker process takes 5 s to arrive."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __reduce__(self):
+        return _slowly, (self.tokenizer,)
+
+
+register([Domain("slow/hang", "a verifier that never returns", _hang, make=_fixed("slow/hang"), heavy=True),
+          Domain("slow/quick", "a verifier that returns at once", _quick, make=_fixed("slow/quick"), heavy=True)],
+         "test")
+
+
+def _sample(domain: str) -> Trajectory:
+    return Trajectory(task_id="h", domain=domain, sample_index=0, prompt_ids=[4], token_ids=[4, 2],
+                      logprobs=[0.0, 0.0], loss_mask=[1, 1], versions=[0, 0], text="a", finish_reason="stop")
 
 
 def test_a_heavy_verifier_past_its_deadline_is_killed_with_its_process(tmp_path):
     tok = char_tokenizer("a")
     pidfile = tmp_path / "pid"
-    sample = Trajectory(task_id="h", domain="slow/hang", sample_index=0, prompt_ids=[4], token_ids=[4, 2],
-                        logprobs=[0.0, 0.0], loss_mask=[1, 1], versions=[0, 0], text="a", finish_reason="stop")
     svc = RewardService(RewardConfig(timeout_s=3.0, workers=1), tok)
     try:
-        (r,) = svc.score([Submission(Task(id="h", domain="slow/hang", prompt="", answer=str(pidfile)), sample)])
+        (r,) = svc.score([Submission(Task(id="h", domain="slow/hang", prompt="", answer=str(pidfile)),
+                                     _sample("slow/hang"))])
         assert r.failed and "timed out" in r.reason
         pid = int(pidfile.read_text())  # it ran in another process, which is gone
         assert pid != os.getpid()
@@ -78,6 +103,17 @@ def test_a_heavy_verifier_past_its_deadline_is_killed_with_its_process(tmp_path)
                 break
             time.sleep(0.1)
         assert not Path(f"/proc/{pid}").exists(), "the verifier's process still runs"
+    finally:
+        svc.close()
+
+
+def test_a_heavy_verifiers_deadline_counts_from_its_process_start():
+    """A worker process slower to start than the deadline (it imports the package: seconds on a
+    loaded machine) does not time the verifier out before it ran."""
+    svc = RewardService(RewardConfig(timeout_s=3.0, workers=1), _SlowToStart(char_tokenizer("a")))
+    try:
+        (r,) = svc.score([Submission(Task(id="q", domain="slow/quick", prompt="", answer="a"), _sample("slow/quick"))])
+        assert not r.failed and r.components["outcome"] == 1.0, r.reason
     finally:
         svc.close()
 

@@ -41,7 +41,9 @@ def test_replicas_load_the_newest_published_version_and_publish_waits_for_none()
                 trainer.model.embed_tokens.weight.add_(1.0)
             publisher.publish(trainer, version)  # returns although rollout-1 reads nothing
         _until_version(receiver, 3)
-        assert receiver.pull(engine) and engine.version == 3
+        fetched = receiver.fetch_s
+        assert fetched > 0  # the downloads, timed in the receiver's thread
+        assert receiver.pull(engine) and engine.version == 3 and receiver.fetch_s == fetched  # a load fetches nothing
         for name, tensor in trainer.state_dict().items():
             assert torch.equal(engine.model.state_dict()[name], tensor), name
         assert publisher.stats.publishes == 4 and publisher.stats.bytes > 0

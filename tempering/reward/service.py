@@ -67,17 +67,20 @@ class RewardService:
         lock = threading.Lock()
 
         def call(i: int, item: Submission) -> Verdict:
-            with lock:
-                started[i] = time.monotonic()
             task, sample = item.task, item.sample
-            broken = [c.result.error for c in sample.tool_calls
-                      if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
-            if broken:
-                raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
             try:
                 domain = get_domain(task.domain)
             except UserError as e:
                 raise InfrastructureError(f"task {task.id}: {e}") from None
+            with lock:
+                # A heavy verifier's own deadline runs in its process from the moment it starts
+                # there; this one only backs it up, past the time a worker process may take to
+                # spawn (it imports the package: seconds on a loaded machine).
+                started[i] = time.monotonic() + (_PROCESS_START_S if domain.heavy else 0.0)
+            broken = [c.result.error for c in sample.tool_calls
+                      if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
+            if broken:
+                raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
             ctx = dataclasses.replace(self.context, workspace=item.workspace, tag=item.tag)
             verdict = self._heavy(domain.verify, task, sample, ctx) if domain.heavy else domain.verify(task, sample, ctx)
             return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
@@ -177,6 +180,7 @@ class RewardService:
             self._stuck = 0
 
 
+_PROCESS_START_S = 60.0  # the most a heavy verifier's worker process may take to start
 _TOKENIZER: list[Tokenizer] = []  # in a heavy verifier's worker process: the tokenizer it was started with
 
 

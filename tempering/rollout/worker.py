@@ -65,7 +65,7 @@ class RolloutSpec:
     first_batch: int  # batches produced before (a resumed run continues the count): seeds the worker
     threads: int
     stall_timeout_s: float
-    spawned_at: float  # time.monotonic() when the parent started the worker (the clock is system-wide)
+    spawned_at: float  # time.time() when the parent started the worker (wall clock: a replica may run elsewhere)
     # while the engine is busy, how often the loop looks at its stop event and orders: 0 = every
     # engine step (local reads); a remote runtime's looks are calls of about 1 ms each
     check_every_s: float = 0.0
@@ -132,7 +132,8 @@ class Worker:
         self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
         self.sync = EngineSync(store, engine, r.partial_rollouts, spec.stall_timeout_s)
         self.waiting_evals: list[EvalRequest] = []  # asked during a drain or before their version arrived
-        self.startup_s: float | None = time.monotonic() - spec.spawned_at
+        # across machines, as good as their clocks agree (NTP: milliseconds); never negative
+        self.startup_s: float | None = max(0.0, time.time() - spec.spawned_at)
         self.heard = time.monotonic()  # the last message from the trainer's side (stall deadline)
         self.looked = float("-inf")  # the last look at the stop event and the orders
 

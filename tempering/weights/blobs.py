@@ -101,6 +101,10 @@ class BlobReceiver:
         """Load the newest received weights into `engine` if they are newer; True when it did."""
         return self.received.pull(engine)
 
+    @property
+    def fetch_s(self) -> float:
+        return self.received.fetch_s
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(SLICE_S + self.channel.timeout_s)
@@ -117,7 +121,9 @@ class BlobReceiver:
                     got, item = self.channel.queue.try_get(0.0, component)
                 if newest is not None:
                     (version, blob), newest = newest, None
+                    start = time.perf_counter()
                     state = blob.get(self.channel.timeout_s, component)
+                    self.received.fetch_s += time.perf_counter() - start
                     with self.received.lock:
                         self.received.set(state, version)
         except BaseException as e:  # noqa: BLE001 - surfaces at the engine's next look at `version`

@@ -193,6 +193,10 @@ class BroadcastReceiver:
         """Load the newest received weights into `engine` if they are newer; True when it did."""
         return self.received.pull(engine)
 
+    @property
+    def fetch_s(self) -> float:
+        return self.received.fetch_s
+
     def close(self) -> None:
         """Stop the thread (a receive under way ends first, within the group's timeout)."""
         self._stop.set()
@@ -230,7 +234,9 @@ class BroadcastReceiver:
         with self.received.lock:
             # the buckets are received even after a bad header: their sizes were checked at join,
             # and a replica that left the collective would hold the trainer until its timeout
+            start = time.perf_counter()
             _broadcast(pg, [header, *self._buffers], self.device)
+            self.received.fetch_s += time.perf_counter() - start
             problem = header_problem(header.tolist(), n, version, self.layout)
             if problem is None:
                 self.received.set(None, version)

@@ -38,6 +38,10 @@ class WeightStore:
     def version(self) -> int:
         return self._version.value
 
+    @property
+    def fetch_s(self) -> float:
+        return 0.0  # the engine copies from shared memory inside `pull`, which its time covers
+
     @torch.no_grad()
     def publish(self, model: Decoder, version: int) -> None:
         """Copy `model`'s weights in and make them `version` (at once, under the lock)."""

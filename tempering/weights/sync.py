@@ -53,6 +53,7 @@ class SyncStats:
     pull_s: float = 0.0  # inside `pull`: waiting for the lock, the copy, the preemption
     drain_s: float = 0.0  # partial_rollouts off: from a newer version seen to the start of its pull
     bytes: int = 0  # copied into the engine: its distinct tensors once per version loaded
+    fetch_s: float = 0.0  # off the engine's thread: bringing versions in (a blob's download, a broadcast)
 
     def minus(self, earlier: "SyncStats") -> "SyncStats":
         return SyncStats(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
@@ -93,6 +94,12 @@ class WeightSource(Protocol):
         its version; True when it did."""
         ...
 
+    @property
+    def fetch_s(self) -> float:
+        """Seconds spent bringing versions to this side off the engine's thread, summed (0 where
+        the engine reads them from shared memory)."""
+        ...
+
 
 class Received:
     """The newest weights a receiving thread has taken in (`state` at `version`), under `lock`,
@@ -104,6 +111,7 @@ class Received:
         self.state = state
         self._version = -1
         self._error: BaseException | None = None
+        self.fetch_s = 0.0  # the receiving thread's time taking versions in, summed
 
     @property
     def version(self) -> int:
@@ -146,6 +154,7 @@ class EngineSync:
     def poll(self) -> bool:
         """Call between engine steps. Load the newest weights if the mode allows it now (a drain
         starts or goes on otherwise). -> True when a version was loaded."""
+        self.stats.fetch_s = self.store.fetch_s
         if self.store.version <= self.engine.version:
             return False
         start = time.perf_counter()

@@ -67,6 +67,9 @@ def test_two_replicas_on_two_nodes_train_the_demo_to_a_summary(tmp_path, cluster
     assert len(_fates(tmp_path / "spread")) == STEPS * TASKS * SAMPLES  # every sample accounted for
     executions = [json.loads(line) for line in (tmp_path / "spread" / "sandbox.jsonl").read_text().splitlines()]
     assert executions and all(e["backend"] == "bwrap" for e in executions)  # the sandbox runs on the nodes
+    rows = [json.loads(line) for line in (tmp_path / "spread" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["seconds/weight_fetch"] for r in rows) > 0  # the replicas' downloads of each version
+    assert all(0 < r["seconds/worker_startup"] < 300 for r in rows if "seconds/worker_startup" in r)
 
 
 def test_a_node_removed_mid_run_loses_its_replica_and_the_run_finishes(tmp_path, cluster):
