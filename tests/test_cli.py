@@ -7,9 +7,9 @@ import sys
 import pytest
 
 
-def run(*args, cwd=None):
+def run(*args, cwd=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "tempering.cli", *args], capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+                          timeout=timeout, cwd=cwd)
 
 
 @pytest.mark.parametrize("toml, words", [
@@ -46,8 +46,11 @@ def test_a_stall_names_the_component_without_a_traceback(tmp_path):
     tiny = ["--model.hidden_size=16", "--model.intermediate_size=32", "--model.num_hidden_layers=1",
             "--model.num_attention_heads=2", "--model.num_key_value_heads=1", "--tasks.eval_per_domain=2",
             "--metrics.progress=false", f"--run.dir={tmp_path}", "--run.steps=1"]
-    # A rollout batch far larger than the deadline allows: the trainer's wait must end, naming who stalled.
-    r = run("train", *tiny, "--rollout.tasks_per_step=100000", "--run.stall_timeout_s=2")
+    # A rollout batch far larger than the deadline allows: the trainer's wait must end, naming who
+    # stalled, and the process must exit (the orders no worker read once held its exit forever:
+    # a queue's feeder thread waited for room in a pipe). No warm-up: the stall comes sooner.
+    r = run("train", *tiny, "--rollout.tasks_per_step=100000", "--run.stall_timeout_s=2", "--sft.steps=0",
+            timeout=300)
     assert r.returncode == 1, r.stderr[-2000:]
     assert "stalled: rollout worker" in r.stderr and "nothing arrived for 2 s" in r.stderr
     assert "Traceback" not in r.stderr

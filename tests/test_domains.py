@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -63,19 +64,19 @@ def _quick(task, sample, ctx):
     return Verdict({"outcome": 1.0}, "done")
 
 
-def _slowly(tokenizer):
-    time.sleep(5.0)  # in the worker process, as it starts: longer than the verifier's deadline
+def _slowly(tokenizer, seconds):
+    time.sleep(seconds)  # in the worker process, as it starts
     return tokenizer
 
 
 class _SlowToStart:
-    """A tokenizer whose copy in a heavy verifier's worker process takes 5 s to arrive."""
+    """A tokenizer whose copy in a heavy verifier's worker process takes `seconds` to arrive."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer, seconds):
+        self.tokenizer, self.seconds = tokenizer, seconds
 
     def __reduce__(self):
-        return _slowly, (self.tokenizer,)
+        return _slowly, (self.tokenizer, self.seconds)
 
 
 register([Domain("slow/hang", "a verifier that never returns", _hang, make=_fixed("slow/hang"), heavy=True),
@@ -110,12 +111,29 @@ def test_a_heavy_verifier_past_its_deadline_is_killed_with_its_process(tmp_path)
 def test_a_heavy_verifiers_deadline_counts_from_its_process_start():
     """A worker process slower to start than the deadline (it imports the package: seconds on a
     loaded machine) does not time the verifier out before it ran."""
-    svc = RewardService(RewardConfig(timeout_s=3.0, workers=1), _SlowToStart(char_tokenizer("a")))
+    svc = RewardService(RewardConfig(timeout_s=3.0, workers=1), _SlowToStart(char_tokenizer("a"), 5.0))
     try:
         (r,) = svc.score([Submission(Task(id="q", domain="slow/quick", prompt="", answer="a"), _sample("slow/quick"))])
         assert not r.failed and r.components["outcome"] == 1.0, r.reason
     finally:
         svc.close()
+
+
+def test_closing_the_service_ends_a_wait_for_a_heavy_verifier():
+    """A verifier thread waiting for a process that never starts is woken by `close` (an exiting
+    interpreter joins that thread: it once held pytest's exit forever)."""
+    svc = RewardService(RewardConfig(timeout_s=3.0, workers=1), _SlowToStart(char_tokenizer("a"), 3600.0))
+    got = []
+    scoring = threading.Thread(target=lambda: got.extend(svc.score(
+        [Submission(Task(id="q", domain="slow/quick", prompt="", answer="a"), _sample("slow/quick"))])))
+    scoring.start()
+    deadline = time.monotonic() + 60
+    while not svc._pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert svc._pending, "the heavy verification was never scheduled"
+    svc.close()
+    scoring.join(30)
+    assert not scoring.is_alive() and got[0].failed and "the reward service closed" in got[0].reason, got
 
 
 def test_a_plugin_domain_from_another_package_trains_in_a_spawned_worker(tmp_path):

@@ -86,31 +86,36 @@ def test_prometheus_endpoint_served_each_step_while_the_run_lived(short_run):
     assert samples[("tempering_metric", (("name", "seconds/step"),))] == pytest.approx(row["seconds/step"])
 
 
-def test_two_trainer_ranks_write_shards_and_a_resume_continues_on_one(tmp_path):
+def test_two_trainer_ranks_write_shards_and_resumes_continue_in_a_group_and_on_one(tmp_path):
     # the RL trainer as 2 FSDP2 ranks (gloo), each writing its own shards (DCP) beside rank 0's
-    # HF model; a resume in one process reads the shards back (DCP gives it the full tensors)
-    r = subprocess.run(cli(tmp_path, "--run.name=ranks", "--run.steps=3", "--run.checkpoint_every=2",
-                           "--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded",
-                           "--buffer.drop_uniform_groups=false"),
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    run = tmp_path / "ranks"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1, 2, 3] and all(row["tokens"] > 0 for row in rows)
-    first = run / "checkpoints" / "step-000002"
-    assert {p.name for p in first.iterdir()} == {"model", "sharded", "shards.json", "rng.pt", "state.json"}
+    # HF model; a resume into a new group reads each rank's shards (TrainerGroup.load), and a
+    # resume in one process reads them whole (DCP gives it the full tensors)
+    ranks = ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
+
+    def train(steps: int, *args: str) -> list[int]:
+        r = subprocess.run(cli(tmp_path, "--run.name=ranks", f"--run.steps={steps}", "--run.checkpoint_every=2",
+                               "--buffer.drop_uniform_groups=false", *args),
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        assert all(row["tokens"] > 0 for row in rows)
+        return [row["step"] for row in rows]
+
     from tempering.models import load_hf
 
-    before = load_hf(first / "model").state_dict()
-    r = subprocess.run(cli(tmp_path, "--run.name=ranks", "--run.steps=5", "--run.checkpoint_every=2",
-                           "--buffer.drop_uniform_groups=false", "--resume"),
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [1, 2, 3, 4, 5]
-    after = load_hf(run / "checkpoints" / "step-000005" / "model").state_dict()
-    assert any(not torch.equal(before[k], after[k]) for k in before)  # the resumed trainer went on training
-    assert (run / "checkpoints" / "step-000005" / "trainer.pt").is_file()  # one process: the full format
+    run = tmp_path / "ranks"
+    assert train(3, *ranks) == [1, 2, 3]
+    first = run / "checkpoints" / "step-000002"
+    assert {p.name for p in first.iterdir()} == {"model", "sharded", "shards.json", "rng.pt", "state.json"}
+    assert train(5, *ranks, "--resume") == [1, 2, 3, 4, 5]
+    assert (run / "checkpoints" / "step-000005" / "shards.json").is_file()
+    third = load_hf(run / "checkpoints" / "step-000003" / "model").state_dict()
+    fifth = load_hf(run / "checkpoints" / "step-000005" / "model").state_dict()
+    assert any(not torch.equal(third[k], fifth[k]) for k in third)  # the new group went on training
+    assert train(7, "--resume") == list(range(1, 8))
+    seventh = load_hf(run / "checkpoints" / "step-000007" / "model").state_dict()
+    assert any(not torch.equal(fifth[k], seventh[k]) for k in fifth)  # so did the single process
+    assert (run / "checkpoints" / "step-000007" / "trainer.pt").is_file()  # one process: the full format
 
 
 def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):

@@ -51,6 +51,7 @@ class RewardService:
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
         self._processes: pebble.ProcessPool | None = None  # for heavy verifiers, started on first use
+        self._pending: set[cf.Future] = set()  # heavy verifications waited for in verifier threads
         self._lock = threading.Lock()
         self.graders = Graders(cfg) if cfg.scorers else None
         self._grading = cf.ThreadPoolExecutor(4, thread_name_prefix="graders") if self.graders else None
@@ -126,6 +127,10 @@ class RewardService:
         if self.graders is not None:
             self._grading.shutdown(wait=False, cancel_futures=True)
             self.graders.close()
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:  # wakes their threads, which an exiting interpreter joins
+            future.cancel()
         if self._processes is not None:
             self._processes.stop()
             self._processes.join(timeout=10)
@@ -142,13 +147,26 @@ class RewardService:
         # travels with the call (a sandbox cannot: it stays in this process).
         future = self._processes.schedule(_verify_there, args=(verify, task, sample, ctx.workspace, ctx.tag),
                                           timeout=self.cfg.timeout_s)
+        with self._lock:
+            self._pending.add(future)
         try:
-            return future.result()
+            # pebble's deadline runs from the start in the process; this wait's also covers the
+            # process's spawn, and a pool stopped under it (`close` cancels what is pending)
+            return future.result(timeout=self.cfg.timeout_s + _PROCESS_START_S)
         except cf.TimeoutError:
+            if not future.done():
+                future.cancel()
+                raise InfrastructureError(f"verifier of {task.domain}: no worker process ran it within "
+                                          f"{self.cfg.timeout_s + _PROCESS_START_S:g} s") from None
             raise InfrastructureError(f"verifier of {task.domain} timed out after {self.cfg.timeout_s:g} s "
                                       "(its process was killed)") from None
+        except cf.CancelledError:
+            raise InfrastructureError(f"verifier of {task.domain}: the reward service closed") from None
         except pebble.ProcessExpired as e:
             raise InfrastructureError(f"verifier of {task.domain} died: {e}") from None
+        finally:
+            with self._lock:
+                self._pending.discard(future)
 
     def _settle(self, fut: cf.Future, start: float | None, now: float, task: Task) -> Reward | None:
         if fut.done():

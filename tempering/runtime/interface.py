@@ -97,7 +97,9 @@ class DeadlineQueue(ABC):
 
     @abstractmethod
     def drain(self) -> None:
-        """Throw away every item in the queue now."""
+        """Throw away every item in the queue now, at the end of its use: items this process
+        put that are still on their way may be thrown away too (its exit does not wait to
+        deliver them to a reader that is gone)."""
 
     def put(self, item: Any, timeout: float, component: str, stop: Any = None) -> bool:
         """Block until there is room; False if `stop` was set meanwhile."""

@@ -86,6 +86,9 @@ class BoundedQueue(DeadlineQueue):
                 self._q.get(timeout=1.0)
         except queue.Empty:
             pass
+        # Items still in this process's feeder thread would otherwise hold its exit: the thread
+        # waits for room in a pipe no one reads any more (seen with 100,000 orders left unread).
+        self._q.cancel_join_thread()
 
 
 class LocalBlob:
