@@ -4,6 +4,7 @@ log format of W&B's transaction log, records decoded with W&B's own protobufs)."
 
 import json
 import struct
+import time
 
 import pytest
 
@@ -72,17 +73,24 @@ def test_wandb_offline_gets_every_step(tmp_path, monkeypatch):
     _log(run_dir, MetricsConfig(progress=False, tensorboard=False, trackers=("wandb",), project="p"), [1, 2])
     run_id = (run_dir / "wandb.id").read_text().strip()
     [path] = run_dir.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
-    logged, names = {}, []
-    for data in _wandb_records(path):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            names.append((record.run.display_name, record.run.project))
-        elif kind == "history":
-            row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
-            logged[row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
-    assert names[0] == ("r2", "p")
+    # W&B's core process may still be writing the file when `finish` returns: read until both the
+    # run and every step are there, or the deadline
+    deadline = time.monotonic() + 60
+    while True:
+        logged, names = {}, []
+        for data in _wandb_records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                names.append((record.run.display_name, record.run.project))
+            elif kind == "history":
+                row = {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                logged[row["_step"]] = {k: v for k, v in row.items() if not k.startswith("_")}
+        if (names and logged == STEPS) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert names and names[0] == ("r2", "p"), names
     assert logged == STEPS
 
 
