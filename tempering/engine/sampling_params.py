@@ -1,4 +1,5 @@
-"""`SamplingParams`: how to sample one request (vLLM's names and meanings)."""
+"""`SamplingParams`: how to sample one request (vLLM's names and meanings), and where its stop
+strings end a sample's text."""
 
 from __future__ import annotations
 
@@ -30,3 +31,20 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
+
+
+def hit_stop(tokenizer, output_ids: list[int], stops: tuple[str, ...]) -> bool:
+    """Whether the newest token completed one of the stop strings (only the tail can hold it)."""
+    tail = max(len(x) for x in stops) + 8
+    return any(x in tokenizer.decode(output_ids[-tail:]) for x in stops)
+
+
+def final_text(tokenizer, output_ids: list[int], stops: tuple[str, ...]) -> str:
+    """A finished sample's text, cut before the first stop string ("" without a tokenizer)."""
+    if tokenizer is None:
+        return ""
+    text = tokenizer.decode(output_ids)
+    for stop in stops:
+        if stop in text:
+            text = text[: text.index(stop)]
+    return text

@@ -10,7 +10,8 @@ weights are loaded between engine steps by `weights.EngineSync`: with `rollout.p
 as soon as they are published (running requests are recomputed under them and keep the versions
 of the tokens they already have), without it once the requests in flight have finished under
 the weights they started with (no new request is admitted meanwhile). What the loads cost goes
-back with each group (`GroupDone.sync`). The weights come from a `WeightStore` (local
+back with each group (`GroupDone.sync`). The engine is Tempering's (`engine.LLM`) or vLLM (`engine.backend = "vllm"`,
+`engine.vllm_backend`). The weights come from a `WeightStore` (local
 processes) or a `BlobChannel` (any node; a version shows a moment after it is published).
 Evaluation runs greedy episodes of the held-out tasks it is sent through the same runner, at
 the version the trainer asks for (once that version is loaded, after a drain if one is under
@@ -29,6 +30,7 @@ import torch
 
 from tempering.config import EngineConfig, RewardConfig, RolloutConfig, SandboxConfig, SchedulerConfig
 from tempering.engine import LLM, SamplingParams
+from tempering.engine.vllm_backend import VLLMEngine
 from tempering.evaluation import summarize
 from tempering.models import Arch, Decoder
 from tempering.records import Group, Task
@@ -99,7 +101,7 @@ def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, ou
     source = weights.open() if isinstance(weights, BlobChannel) else weights
     load_plugins(spec.plugins)
     tokenizer = load_tokenizer(spec.tokenizer_dir)
-    engine = LLM(Decoder(spec.arch), tokenizer, spec.engine, version=-1)  # the first pull loads the published weights
+    engine = _engine(spec, tokenizer, replica)
     node = None
     if spec.needs_sandbox:
         sb = spec.sandbox
@@ -116,8 +118,18 @@ def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, ou
             source.close()
         runner.close()
         reward.close()
+        if isinstance(engine, VLLMEngine):
+            engine.close()
         if node is not None:
             node.close()
+
+
+def _engine(spec: RolloutSpec, tokenizer, replica: int) -> LLM | VLLMEngine:
+    """The engine `engine.backend` names, at version -1: the first pull loads the published weights."""
+    if spec.engine.backend == "vllm":
+        return VLLMEngine(Decoder(spec.arch), tokenizer, spec.engine, version=-1,
+                          seed=spec.seed + spec.first_batch + 7919 * replica)
+    return LLM(Decoder(spec.arch), tokenizer, spec.engine, version=-1)
 
 
 class Worker:
