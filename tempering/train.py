@@ -83,7 +83,8 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)
                     run.trainer.load(run.shards)
             with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler, runtime,
-                                cfg.runtime.replicas, cfg.runtime.replica_resources) as rollout:
+                                cfg.runtime.replicas, cfg.runtime.replica_resources,
+                                cfg.runtime.max_replicas) as rollout:
                 if run.state["baseline"] is None:
                     run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
                 if not stop.is_set():

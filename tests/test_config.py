@@ -92,9 +92,14 @@ def test_runtime_section_defaults_and_checks():
                             ("--runtime.nodes=3", "runtime.nodes: unknown key"),
                             ("--runtime.checkpoint_format=dcp", "runtime.checkpoint_format: expected one of 'full'"),
                             ("--runtime.checkpoint_format=sharded", "runtime.checkpoint_format: expected 'full' when "
-                             "runtime.trainer_ranks is 1")):
+                             "runtime.trainer_ranks is 1"),
+                            ("--runtime.max_replicas=3", "runtime.max_replicas: expected at most runtime.replicas on "
+                             "the local runtime")):
         with pytest.raises(ConfigError, match=words):
             load_config(None, [override])
     assert load_config().runtime.checkpoint_format == "full"
+    with pytest.raises(ConfigError, match=r"runtime.max_replicas: expected 0 \(fixed\) or an integer >= runtime.replicas \(2\)"):
+        load_config(None, ["--runtime.kind=ray", "--runtime.replicas=2", "--runtime.max_replicas=1"])
+    assert load_config(None, ["--runtime.kind=ray", "--runtime.max_replicas=4"]).runtime.max_replicas == 4
     assert load_config(None, ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
                        ).runtime.checkpoint_format == "sharded"

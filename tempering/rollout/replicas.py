@@ -71,6 +71,10 @@ class Replicas:
         self.all.append(replica)
         return replica
 
+    def has_room(self) -> bool:
+        """Whether the runtime would place one more replica now."""
+        return self.runtime.has_room(self.resources)
+
     def workers(self) -> list[Any]:
         return [r.worker for r in self.live.values()]
 
@@ -82,14 +86,19 @@ class Replicas:
         raised (or is none of these): that is the run's failure, not a lost replica."""
         if not error.died or error.worker not in self.live:
             raise error
-        replica = self.live.pop(error.worker)
+        replica = self.live[error.worker]
         self.lost[replica.name] = str(error)
+        self.drop(replica)
+        return replica
+
+    def drop(self, replica: Replica) -> None:
+        """Stop and forget a replica: its queues, its weight channel, its worker."""
+        del self.live[replica.name]
         self.groups.remove(replica.name)
         self.replies.remove(replica.name)
         if isinstance(self.weights, BlobPublisher):
             self.weights.drop(replica.name)
         replica.worker.join(timeout=self.timeout)  # on Ray: its actor and resources go back
-        return replica
 
     def close(self) -> None:
         self.stop.set()

@@ -18,7 +18,9 @@ the run. A replica whose worker died (its process, or its node on Ray) is lost: 
 drops it and re-places its groups in flight on the others (`requeued`), a result it sent
 before it was lost and whose group was re-placed is set aside (`superseded`: the re-run
 counts), an evaluation it was running is asked of another; with no replica left the run fails.
-`add_replica` adds capacity while running.
+Below `max_replicas` (a Ray cluster whose nodes come and go), it asks the runtime between
+batches whether one more replica would be placed, and starts it (`add_replica` does the same on
+demand): a node that joins, or comes back after one was lost, adds capacity without a restart.
 Each batch carries what weight loads cost the workers (`SyncStats`, summed over replicas) and
 the engines' busy seconds; `publish` returns how long its copy took.
 """
@@ -34,12 +36,14 @@ from typing import Any, Mapping
 from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.records import Group
-from tempering.rollout.replicas import Replicas
+from tempering.rollout.replicas import Replica, Replicas
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
-from tempering.runtime import WorkerFailed
+from tempering.runtime import Stall, WorkerFailed
 from tempering.scheduler.global_ import GlobalScheduler, GroupOrder
 from tempering.weights import SyncStats
 
+GROW_CHECK_S = 1.0  # below runtime.max_replicas: how often to ask the runtime for room (a call to Ray)
+GROW_PLACE_S = 10.0  # how long a replica started for room may take to be placed before it is given up
 
 @dataclass
 class RolloutBatch:
@@ -73,7 +77,7 @@ class _Open:
 
 class RolloutService:
     def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Any,
-                 replicas: int = 1, resources: Mapping[str, float] | None = None):
+                 replicas: int = 1, resources: Mapping[str, float] | None = None, max_replicas: int = 0):
         self.timeout = spec.stall_timeout_s
         self.scheduler = scheduler
         # room for every group admission lets run at once, so a worker never waits to hand one back
@@ -92,6 +96,8 @@ class RolloutService:
         self._heldout = None
         self._handed: float | None = None  # when the last batch went to the trainer
         self.requeued = self.superseded = 0
+        self.max_replicas = max_replicas  # 0: none started beyond (or in place of) the first `replicas`
+        self._looked_for_room = time.monotonic()
         for _ in range(replicas):
             self._add()
         self._dispatch()
@@ -159,8 +165,30 @@ class RolloutService:
         self._dispatch()
         return name
 
-    def _add(self) -> str:
+    def _grow(self) -> None:
+        """Below `max_replicas`, start one more replica when the runtime has room for it (looked
+        at every GROW_CHECK_S, between batches)."""
+        now = time.monotonic()
+        if len(self.replicas.live) >= self.max_replicas or now - self._looked_for_room < GROW_CHECK_S:
+            return
+        self._looked_for_room = now
+        if not self.replicas.has_room():
+            return
         replica = self.replicas.start()
+        try:  # Ray's view of free resources lags by about a second: one it cannot place soon is given up
+            replica.worker.started(GROW_PLACE_S)
+        except Stall:
+            self.replicas.drop(replica)
+            return
+        self._register(replica)
+        print(f"[tempering] rollout replica {replica.name} started: the cluster has room for it "
+              f"({len(self.replicas.live)} of at most {self.max_replicas} replicas)", file=sys.stderr, flush=True)
+
+    def _add(self) -> str:
+        return self._register(self.replicas.start())
+
+    def _register(self, replica: Replica) -> str:
+        """Place groups on a started replica (and, with code domains, jobs on its sandbox)."""
         moved = self.scheduler.add_replica(replica.name)
         if self._sandbox_slots:
             self.scheduler.add_node(replica.name, self._sandbox_slots)
@@ -198,6 +226,7 @@ class RolloutService:
     # -- internals -----------------------------------------------------------------------------------------
     def _dispatch(self) -> None:
         """Send what the scheduler admits now, and each node's policy when it changed."""
+        self._grow()
         orders = self.scheduler.admit(self.store.version)
         if self.scheduler.nodes:
             policy = self.scheduler.node_policy()

@@ -126,6 +126,10 @@ class LocalRuntime:
         process.start()
         return Worker(name, process, errors)
 
+    def has_room(self, resources: Resources | None = None) -> bool:
+        """Whether a worker asking for `resources` would start now: on this machine, always."""
+        return True
+
     def put_blob(self, obj: Any) -> LocalBlob:
         """A snapshot of `obj` (later changes to it do not show): a state dict's tensors are
         copied into shared memory, anything else deep-copied."""

@@ -40,7 +40,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from tempering.errors import UserError
 from tempering.runtime.hub import Hub
 from tempering.runtime.interface import DeadlineQueue, Failure, Resources, Stall, WorkerFailed, is_state_dict
-from tempering.runtime.placement import check_fits_group, describe, shortfall, wanted
+from tempering.runtime.placement import check_fits_group, describe, fits, shortfall, wanted
 from tempering.runtime.ray_head import PrivateHead
 from tempering.runtime.stop import SIGNALS
 
@@ -289,6 +289,13 @@ class RayRuntime:
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(res.group.handle, res.bundle, True)
         actor = _WorkerActor.options(**options).remote()
         return RayWorker(name, actor, target, args, res, self.start_timeout, self.call_timeout)
+
+    def has_room(self, resources: Resources | None = None) -> bool:
+        """Whether a worker asking for `resources` would be placed now: they are free in the
+        cluster and one live node offers them all (Ray's view, updated within about a second)."""
+        ask = wanted(resources or Resources())
+        nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+        return fits(ask, ray.available_resources()) and any(fits(ask, n) for n in nodes)
 
     def put_blob(self, obj: Any) -> RayBlob:
         """A snapshot of `obj` in the object store (later changes to it do not show)."""

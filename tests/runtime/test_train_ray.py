@@ -1,7 +1,7 @@
 """The demo loop on a simulated Ray cluster (`ray.cluster_utils.Cluster`: a head and two engine
 nodes, started once for the module): two engine replicas, one per node, train a few steps to a
-summary; then a node is removed mid-run and the run still finishes, every admitted group
-accounted for. The trainer runs in this process, as `tempering train --runtime ray` would."""
+summary; then a node is removed mid-run, another joins and a replica starts there, and the run
+finishes, every admitted group accounted for. The trainer runs in this process, as `tempering train --runtime ray` would."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def cluster(start_ray):
     env.cluster.shutdown()
 
 
-def _config(tmp_path, cluster, name):
+def _config(tmp_path, cluster, name, *overrides):
     return load_config("configs/demo.toml", [*TINY, f"--run.dir={tmp_path}", f"--run.name={name}",
-                                             f"--runtime.address={cluster.cluster.address}"])
+                                             f"--runtime.address={cluster.cluster.address}", *overrides])
 
 
 def _fates(run_dir):
@@ -72,33 +72,43 @@ def test_two_replicas_on_two_nodes_train_the_demo_to_a_summary(tmp_path, cluster
     assert all(0 < r["seconds/worker_startup"] < 300 for r in rows if "seconds/worker_startup" in r)
 
 
-def test_a_node_removed_mid_run_loses_its_replica_and_the_run_finishes(tmp_path, cluster):
-    """Runs last in the module: it takes a node away."""
+def test_a_node_removed_mid_run_loses_its_replica_and_one_that_joins_takes_its_place(tmp_path, cluster):
+    """Runs last in the module: it takes a node away after step 2 and adds another. The lost
+    replica's groups go to the other; with `runtime.max_replicas = 2` a new replica starts on the
+    node that joined and sends groups; the run finishes with every admitted sample accounted for."""
+    steps = 12
     metrics = tmp_path / "lost" / "metrics.jsonl"
-    removed: list[str] = []
+    result: list = []
 
-    def remove_a_node_after_step_2():
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-                node = cluster.nodes[1]
-                cluster.cluster.remove_node(node)
-                removed.append(node.node_id)
-                return
-            time.sleep(0.05)
+    def run():
+        try:
+            result.append(train(_config(tmp_path, cluster, "lost", f"--run.steps={steps}", "--runtime.max_replicas=2")))
+        except BaseException as e:  # noqa: BLE001 - raised again below, in the test's thread
+            result.append(e)
 
-    remover = threading.Thread(target=remove_a_node_after_step_2, daemon=True)
-    remover.start()
-    summary = train(_config(tmp_path, cluster, "lost"))
-    remover.join(10)
-    assert removed, "the run ended before step 2 was logged"
+    # the run in a thread: Ray starts a node only from the main thread, which changes the cluster
+    trainer = threading.Thread(target=run, daemon=True)
+    trainer.start()
+    removed, joined, deadline = [], [], time.monotonic() + 300
+    while trainer.is_alive() and not removed and time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            node = cluster.nodes[1]
+            cluster.cluster.remove_node(node)
+            removed.append(node.node_id)
+            joined.append(cluster.cluster.add_node(num_cpus=1, resources={"engine": 1}).node_id)
+        time.sleep(0.05)
+    trainer.join(600)
+    assert result and not isinstance(result[0], BaseException), result
+    summary = result[0]
+    assert removed and joined, "the run ended before step 2 was logged"
     report = summary["replicas"]
     lost = [name for name, node in report["nodes"].items() if node == removed[0]]
     assert list(report["lost"]) == lost and "died" in report["lost"][lost[0]]
-    assert summary["steps"] == STEPS
+    assert report["nodes"].get("rollout-2") == joined[0]  # started on the new node, and it sent groups
+    assert summary["steps"] == steps
     # every admitted group ran to its batch: trained or dropped with a reason, none missing
     fates = _fates(tmp_path / "lost")
-    assert len(fates) == STEPS * TASKS * SAMPLES and set(fates) <= {"trained", "stale", "failed", "uniform", "alone"}
+    assert len(fates) == steps * TASKS * SAMPLES and set(fates) <= {"trained", "stale", "failed", "uniform", "alone"}
     rows = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert sum(r.get("samples/requeued_groups", 0) for r in rows) == report["requeued_groups"]
     print(f"requeued {report['requeued_groups']} groups, superseded {report['superseded_groups']}")
