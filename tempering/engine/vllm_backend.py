@@ -24,7 +24,9 @@ seeded request is refused here too.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
 import os
 import shutil
@@ -38,7 +40,7 @@ from tempering.engine.outputs import CompletionOutput, RequestOutput
 from tempering.engine.llm_engine import encode_request, run_until_finished
 from tempering.engine.sampling_params import SamplingParams, final_text, hit_stop
 from tempering.errors import UserError
-from tempering.models import Decoder, save_hf
+from tempering.models import Decoder
 
 
 @dataclass
@@ -82,7 +84,12 @@ class VLLMEngine:
         self.eos_token_ids = frozenset(eos)
         shm = Path("/dev/shm")
         self._dir = Path(tempfile.mkdtemp(prefix="tempering-vllm-", dir=shm if shm.is_dir() else None))
-        save_hf(model, self._dir)  # the architecture (and first weights) vLLM starts from
+        # the architecture (and first weights) vLLM starts from, with the output layer untied: vLLM's
+        # in-place reload refreshes a tied lm_head's repacked CPU weight from nothing (it kept the
+        # first load's), so vLLM's copy holds it as a tensor of its own
+        untied = dataclasses.replace(model.arch, tie_word_embeddings=False)
+        (self._dir / "config.json").write_text(json.dumps(untied.to_hf(), indent=2))
+        _write(model.state_dict(), self._dir, model.arch.tie_word_embeddings)
         c = self.cfg
         # positions past the model's trained context are garbage; vLLM refuses them too
         self._max_len = min(c.max_seq_len, model.arch.max_position_embeddings)
@@ -109,8 +116,6 @@ class VLLMEngine:
     def load_weights(self, state, version: int) -> None:
         """Load `state` (the decoder's names, which are HF's) into vLLM's model; running samples
         are queued again under the new weights, vLLM's prefix cache is emptied."""
-        from safetensors.torch import save_file
-
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:
@@ -118,7 +123,7 @@ class VLLMEngine:
         assert not (self._hold and self.in_flight), "load_weights while a hold drains requests in flight"
         folder = self._dir / "update"
         folder.mkdir(exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, folder / "model.safetensors")
+        _write(state, folder, self.model.arch.tie_word_embeddings)
         running = list(self._live.values())
         if running:
             self.engine.abort_request(list(self._live))
@@ -248,6 +253,17 @@ class VLLMEngine:
         outs = [CompletionOutput(s.index, list(s.token_ids), list(s.logprobs), list(s.versions), s.text,
                                  s.finish_reason) for s in req.samples]
         return RequestOutput(req.id, req.prompt, outs, finished)
+
+
+def _write(state, folder: Path, tied: bool) -> None:
+    """`state` as folder/model.safetensors; a tied model's lm_head as a copy of the embedding
+    (a weight sync may send the shared tensor once, under the embedding's name)."""
+    from safetensors.torch import save_file
+
+    out = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    if tied and "model.embed_tokens.weight" in out:
+        out["lm_head.weight"] = out["model.embed_tokens.weight"].clone()
+    save_file(out, folder / "model.safetensors")
 
 
 def _kv_gib(arch, cfg: EngineConfig) -> int:

@@ -15,12 +15,13 @@ import torch
 from engine_helpers import finish, reference_logprobs
 from tempering.config import ConfigError, EngineConfig
 from tempering.engine import LLM, SamplingParams
-from tempering.models import Arch, build_model
+from tempering.models import Arch, Decoder, build_model
 
-ARCH = Arch(vocab_size=97, hidden_size=128, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=32, max_position_embeddings=512)  # vLLM's CPU attention: head_dim >= 32
+# vLLM's CPU attention takes head_dim 32 (not 16); tied embeddings, as the demo's model has
+ARCH = Arch(vocab_size=43, hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=32, max_position_embeddings=512, tie_word_embeddings=True)
 CFG = EngineConfig(max_batch_size=16, max_seq_len=256, max_batched_tokens=512)
-PROMPTS = [[5, 17, 3, 88, 41, 9], [60, 2, 2, 71], list(range(20, 50))]
+PROMPTS = [[5, 17, 3, 38, 41, 9], [30, 2, 2, 21], list(range(5, 35))]
 
 
 def _skip_without_vllm():
@@ -44,13 +45,15 @@ def test_the_vllm_backend_without_vllm_installed_is_a_one_line_error():
 @pytest.fixture(scope="module")
 def engines():
     """One vLLM engine for the module (it takes most of a minute to start) and, on the same
-    weights, Tempering's engine as the oracle. Each test leaves both at `old` weights, version 0."""
+    weights, Tempering's engine as the oracle. Each test leaves both at `old` weights, version 0.
+    vLLM starts as a rollout worker starts it: from unset weights, then the first load."""
     _skip_without_vllm()
     from tempering.engine.vllm_backend import VLLMEngine
 
     old = build_model(ARCH, seed=0).eval()
-    v = VLLMEngine(build_model(ARCH, seed=0).eval(), None, CFG, eos_token_ids=[96], version=0)
-    yield v, LLM(old, None, CFG, eos_token_ids=[96]), old
+    v = VLLMEngine(Decoder(ARCH).eval(), None, CFG, eos_token_ids=[42], version=-1)
+    v.load_weights(old.state_dict(), 0)
+    yield v, LLM(old, None, CFG, eos_token_ids=[42]), old
     v.close()
 
 
