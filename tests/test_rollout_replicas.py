@@ -114,3 +114,26 @@ def test_a_replica_added_while_running_takes_groups_from_the_next_admission(run)
         nodes = service.report()["nodes"]
     assert [len(b.groups) for b in batches] == [6, 6, 6, 6]
     assert nodes == {"rollout-0": "local", "rollout-1": "local"}  # the new replica sent groups back
+
+
+def test_below_max_replicas_one_more_starts_when_the_runtime_has_room(run, monkeypatch):
+    """runtime.max_replicas: nothing starts while the runtime has no room; once it has, one more
+    replica starts between batches and takes groups, and never more than the maximum."""
+    import tempering.rollout.service as service_module
+
+    monkeypatch.setattr(service_module, "GROW_CHECK_S", 0.0)
+    runtime, room = LocalRuntime(), [False]
+    runtime.has_room = lambda resources=None: room[0]
+    with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, runtime, replicas=1,
+                        max_replicas=2) as service:
+        batches = [service.next_batch(None)]
+        assert set(service.replicas.live) == {"rollout-0"}
+        room[0] = True  # a node joined
+        placed = set()
+        for version in (1, 2, 3):
+            service.publish(run.model, version)
+            placed |= {o.replica for o in run.scheduler.inflight.values() if o.batch >= 2}
+            batches.append(service.next_batch(None))
+        assert set(service.replicas.live) == {"rollout-0", "rollout-1"}  # room left, but at the maximum
+        assert placed == {"rollout-0", "rollout-1"}
+    assert [len(b.groups) for b in batches] == [6, 6, 6, 6]
