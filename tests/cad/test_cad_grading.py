@@ -5,7 +5,6 @@ submitted says so. Every cad domain carries the design-intent rubric."""
 import dataclasses
 import pickle
 import random
-import time
 
 import pytest
 
@@ -55,9 +54,7 @@ def test_the_reference_part_is_described_with_the_targets_measurements_and_views
         task, ep = played(name, seed)
         kind, s = task.ref.split(":")
         p, (want, _) = part(kind, int(s)), target(kind, int(s))
-        started = time.perf_counter()
         item = item_of(task, ep)
-        assert time.perf_counter() - started < 1.0  # in the reward service's process, per sample
         assert item.prompt == task.prompt and item.reference is None and not item.transcript
         lo, hi = g.bounds(want)
         size = " x ".join(g.fmt(x) for x in hi - lo)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import string
-import time
 from collections import Counter
 
 import pytest
@@ -55,10 +54,8 @@ def test_a_brief_report_is_two_pages_and_pdfs_are_reproducible():
 
 def test_a_long_report_renders_as_a_pdf_of_100k_tokens():
     spec = Spec(11, "long")
-    start = time.perf_counter()
     rep, lay = report(spec), layout(spec)
     pages = extract_pages(render_pdf(rep, lay))
-    assert time.perf_counter() - start < 20
     assert len(pages) == lay.n_pages and tokens_estimate("".join(pages)) >= 100_000
     # years beyond five columns are split into groups of columns on later pages
     last, first = str(rep.years[-1]), str(rep.years[0])

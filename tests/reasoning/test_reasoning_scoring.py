@@ -3,7 +3,6 @@ fixed scorers no longer pay junk; math-verify takes numbers in another notation,
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -72,9 +71,8 @@ def test_sympy_scorers_see_only_expressions(dataset, reply):
     ("coin_flip", "1/1e-99999999"),
 ])
 def test_replies_that_would_make_a_scorer_loop_are_refused_at_once(dataset, reply):
-    start = time.perf_counter()
-    got, reason = outcome(dataset, reply)
-    assert got == 0.0 and reason.startswith("refused before scoring") and time.perf_counter() - start < 1.0
+    got, reason = outcome(dataset, reply)  # the scorer never ran: it would not return (bench: timings)
+    assert got == 0.0 and reason.startswith("refused before scoring")
 
 
 def test_a_scorer_that_raises_on_a_reply_gives_it_zero():
