@@ -155,10 +155,9 @@ class LLM:
         for seq, prior in zip(seqs, resume):
             seq.tokens += prior.token_ids
             seq.logprobs, seq.versions = list(prior.logprobs), list(prior.versions)
-            if prior.finish_reason in ("stop", "length") or len(seq.tokens) >= seq.max_len:
-                seq.status = Status.FINISHED
-                seq.finish_reason = prior.finish_reason if prior.finish_reason in ("stop", "length") else "length"
-                seq.text = self._text(seq)
+            reason = resumed_finish(prior, len(seq.tokens) >= seq.max_len)
+            if reason is not None:
+                seq.status, seq.finish_reason, seq.text = Status.FINISHED, reason, self._text(seq)
         self.requests[rid] = Request(rid, list(ids), seqs, final_only)
         self.stats["prompt_tokens"] += len(ids)
         live = [s for s in seqs if s.status is not Status.FINISHED]
@@ -274,6 +273,14 @@ class LLM:
 
     def _text(self, s: Sequence) -> str:
         return final_text(self.tokenizer, s.output_ids, s.params.stop)
+
+
+def resumed_finish(prior: CompletionOutput, full: bool) -> str | None:
+    """How a resumed sample is already finished: as it ended ("stop", "length"), or "length" when
+    it is `full` (no token left to generate); None when it goes on."""
+    if prior.finish_reason in ("stop", "length"):
+        return prior.finish_reason
+    return "length" if full else None
 
 
 def run_until_finished(engine, rids: list[int]) -> list[RequestOutput]:

@@ -37,7 +37,7 @@ from typing import Sequence as Seq
 
 from tempering.config import EngineConfig
 from tempering.engine.outputs import CompletionOutput, RequestOutput
-from tempering.engine.llm_engine import encode_request, run_until_finished
+from tempering.engine.llm_engine import encode_request, resumed_finish, run_until_finished
 from tempering.engine.sampling_params import SamplingParams, final_text, hit_stop
 from tempering.errors import UserError
 from tempering.models import Decoder
@@ -164,8 +164,8 @@ class VLLMEngine:
         for sample, prior in zip(req.samples, resume):
             sample.token_ids, sample.logprobs = list(prior.token_ids), list(prior.logprobs)
             sample.versions = list(prior.versions)
-            if prior.finish_reason in ("stop", "length") or len(sample.token_ids) >= params.max_tokens:
-                sample.finish_reason = prior.finish_reason if prior.finish_reason in ("stop", "length") else "length"
+            sample.finish_reason = resumed_finish(prior, len(sample.token_ids) >= params.max_tokens)
+            if sample.finish_reason is not None:
                 sample.text = self._text(sample, params)
         self.requests[req.id] = req
         for sample in req.samples:
