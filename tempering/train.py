@@ -38,7 +38,7 @@ from tempering.scheduler.global_ import GlobalScheduler
 from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
-from tempering.runtime import StopRequest, threads_per_process
+from tempering.runtime import Resources, StopRequest, threads_per_process
 from tempering.runtime.factory import open_runtime
 from tempering.sandbox import telemetry as sandbox_log
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
@@ -78,8 +78,9 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
         runtime = open_runtime(cfg.runtime)
         try:
             if cfg.runtime.trainer_ranks > 1:  # from the warmed-up (or restored) single-process trainer
+                ask = Resources(cpus=run.threads, custom=dict(cfg.runtime.trainer_resources))
                 run.trainer = TrainerGroup(run.model, run.trainer, cfg.runtime.trainer_ranks, run.threads,
-                                           cfg.run.stall_timeout_s)
+                                           cfg.run.stall_timeout_s, runtime, ask)
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)
                     run.trainer.load(run.shards)
             with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler, runtime,
@@ -93,9 +94,11 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
                 final = run_eval(run, rollout, "final")
                 replicas = rollout.report()
         finally:
-            runtime.close()
-            if isinstance(run.trainer, TrainerGroup):
-                run.trainer.close()
+            try:
+                if isinstance(run.trainer, TrainerGroup):  # first: its ranks are the runtime's workers
+                    run.trainer.close()
+            finally:
+                runtime.close()
         # the embedded default's one replica says nothing new; more replicas, or Ray, say where they ran
         return finish(run, final, stop.reason, replicas if cfg.runtime != RuntimeConfig() else None)
 
@@ -162,8 +165,9 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(to_dict(cfg), indent=2))
     # the trainer and the rollout workers that share this machine's cores (a cluster's run elsewhere)
-    here = cfg.runtime.replicas if cfg.runtime.kind == "local" or cfg.runtime.address == "local" else 0
-    threads = threads_per_process(cfg.run.threads, processes=cfg.runtime.trainer_ranks + here)
+    on_this_machine = cfg.runtime.kind == "local" or cfg.runtime.address == "local"
+    here = cfg.runtime.replicas + cfg.runtime.trainer_ranks if on_this_machine else 1  # 1: rank 0
+    threads = threads_per_process(cfg.run.threads, processes=here)
     if cfg.runtime.trainer_ranks > 1 and cfg.algorithm.advantage == "gae":
         raise ConfigError("runtime.trainer_ranks > 1: algorithm.advantage = 'gae' needs a critic, which the FSDP "
                           "trainer does not shard yet")
@@ -319,6 +323,8 @@ def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, Any] |
     }
     if replicas is not None:  # nodes they ran on, those lost and why, groups re-placed and set aside
         summary["replicas"] = replicas
+    if isinstance(run.trainer, TrainerGroup):  # where ranks 1.. ran (a node id on Ray)
+        summary["trainer_ranks"] = run.trainer.nodes
     if run.cfg.metrics.plot and (run.dir / "metrics.jsonl").exists():
         plot_rewards(run.dir / "metrics.jsonl", run.dir / "reward_per_domain.png")
         summary["plot"] = str(run.dir / "reward_per_domain.png")

@@ -89,6 +89,9 @@ def test_runtime_section_defaults_and_checks():
     for override, words in (("--runtime.kind=slurm", "runtime.kind: expected one of 'local', 'ray'"),
                             ("--runtime.replicas=0", "runtime.replicas: expected an integer >= 1"),
                             ("--runtime.replica_resources={ CPU = 1 }", "runtime.replica_resources.CPU"),
+                            ("--runtime.trainer_resources={ GPU = 1 }", "runtime.trainer_resources.GPU: expected an "
+                             "amount > 0 of a custom resource"),
+                            ("--runtime.trainer_resources={ trainer = 0 }", "runtime.trainer_resources.trainer"),
                             ("--runtime.nodes=3", "runtime.nodes: unknown key"),
                             ("--runtime.checkpoint_format=dcp", "runtime.checkpoint_format: expected one of 'full'"),
                             ("--runtime.checkpoint_format=sharded", "runtime.checkpoint_format: expected 'full' when "

@@ -445,9 +445,12 @@ class RuntimeConfig:
     # ray: custom resources each replica asks its node for, e.g. { engine = 1 } where only
     # engine nodes offer "engine" (one replica per node then); local: ignored
     replica_resources: dict[str, float] = field(default_factory=dict)
-    # processes of the RL trainer (FSDP2 ranks, `trainer.group`), on the machine `tempering train`
-    # runs on: gloo on CPU, NCCL with one GPU per rank
+    # processes of the RL trainer (FSDP2 ranks, `trainer.group`): rank 0 is `tempering train`'s,
+    # the others are workers of the runtime (on Ray, actors on the nodes that have room for them)
     trainer_ranks: int = 1
+    # ray: custom resources each trainer rank after the first asks its node for, beside a CPU per
+    # thread, e.g. { trainer = 1 } where only trainer nodes offer "trainer"; local: ignored
+    trainer_resources: dict[str, float] = field(default_factory=dict)
     # what a checkpoint of trainer ranks holds: "full" (the single-process format: rank 0 gathers
     # the optimizer state) or "sharded" (every rank writes its own shards with
     # torch.distributed.checkpoint; rank 0 still writes the full model as an HF folder)
@@ -476,9 +479,10 @@ class RuntimeConfig:
         _require(self.kind == "ray" or self.max_replicas <= self.replicas, "runtime.max_replicas",
                  "at most runtime.replicas on the local runtime (only a Ray cluster gains nodes while running)",
                  self.max_replicas)
-        for name, amount in self.replica_resources.items():
-            _require(amount > 0 and name not in ("CPU", "GPU"), f"runtime.replica_resources.{name}",
-                     "an amount > 0 of a custom resource (not CPU or GPU)", amount)
+        for key in ("replica_resources", "trainer_resources"):
+            for name, amount in getattr(self, key).items():
+                _require(amount > 0 and name not in ("CPU", "GPU"), f"runtime.{key}.{name}",
+                         "an amount > 0 of a custom resource (not CPU or GPU)", amount)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ class LocalBlob:
 
 class LocalRuntime:
     remote = False  # queues and events are read in this machine's shared memory, not by remote calls
+    host = "127.0.0.1"  # where workers reach this process (for a rendezvous): they share its machine
 
     def __init__(self):
         self.ctx = tmp.get_context("spawn")

@@ -269,6 +269,8 @@ class RayRuntime:
         except BaseException:
             self.close()  # no half-started runtime left connected, nor its private head
             raise
+        # where workers on other nodes reach this process (for a rendezvous): its node's address
+        self.host = ray.util.get_node_ip_address()
         self.startup_s = time.monotonic() - start
 
     def queue(self, maxsize: int, name: str = "queue") -> RayQueue:

@@ -1,9 +1,10 @@
-"""`TrainerGroup`: the RL trainer as `world` local processes (FSDP2), led by the calling process.
+"""`TrainerGroup`: the RL trainer as `world` processes (FSDP2), led by the calling process.
 
 The run's loop stays in the caller, rank 0. It keeps the plain, full policy it was given
 (`model`: what the weight store publishes and a checkpoint saves) and trains its own shard of a
-sharded copy; ranks 1.. are processes spawned here that follow rank 0's orders, each a
-collective every rank joins: `step` (every rank is given the whole batch, `parallelize` splits
+sharded copy; ranks 1.. are workers of the run's runtime (processes on this machine, or Ray
+actors placed on the cluster's nodes by their `Resources`) that meet rank 0 at its machine's
+address (`runtime.host`) and follow its orders, each a collective every rank joins: `step` (every rank is given the whole batch, `parallelize` splits
 the work; then the full weights are gathered into rank 0's plain copy, ready to publish),
 `state` (the full trainer state on rank 0, in the single-process `Trainer.state_dict` format:
 optimizer state keyed by parameter index), and `save` / `load` (each rank writes or reads its
@@ -14,34 +15,33 @@ trainer's full state; a sharded checkpoint is then loaded over it. Both formats 
 another number of ranks and in one process: DCP reshards on load (tested from 2 ranks to 2 and
 to one process; 2 to 3 was checked by hand).
 
-A follower that raises ends its process; rank 0's next collective then fails at the group's
-deadline and the error names the rank and carries its traceback. Followers ignore SIGINT and SIGTERM (rank 0 finishes the run
-and tells them to stop) and exit when rank 0's process is gone (they watch its pid), so a killed
-run leaves no rank behind.
-Not here: ranks on other machines (nothing launches trainer ranks through Ray yet).
+A follower that raises ends; rank 0's next collective then fails at the group's deadline and
+the error names the rank and carries its traceback. Followers ignore SIGINT and SIGTERM (the
+runtimes' workers do: rank 0 finishes the run and tells them to stop). A killed run leaves no
+rank behind: local followers watch rank 0's pid and exit when it is gone, and Ray ends the
+actors of a driver that is gone. Ranks on several nodes write a sharded checkpoint into one
+folder, which must then be on a shared filesystem; nothing here moves batches to a GPU.
 """
 
 from __future__ import annotations
 
 import copy
 import os
-import signal
 import socket
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Arch, Decoder
 from tempering.records import Batch
+from tempering.runtime import LocalRuntime, Resources, WorkerFailed
 from tempering.trainer.distributed import init_ranks, read_shards, write_shards
 from tempering.trainer.parallelize import Ranks
 from tempering.trainer.step import StepStats, Trainer
@@ -51,30 +51,37 @@ WATCH_S = 1.0  # how often a follower looks whether rank 0 is still there
 
 
 class TrainerGroup:
-    def __init__(self, model: Decoder, trainer: Trainer, world: int, threads: int, timeout_s: float):
+    def __init__(self, model: Decoder, trainer: Trainer, world: int, threads: int, timeout_s: float,
+                 runtime: Any = None, resources: Resources | None = None):
         """`model`: the full policy (kept, and updated after every step); `trainer`: the
-        single-process trainer whose configuration and state the group starts from."""
+        single-process trainer whose configuration and state the group starts from; `runtime`
+        spawns ranks 1.. (a `LocalRuntime` when None), each asking for `resources` (default: a
+        CPU per thread); `timeout_s` bounds their placement and every collective."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
         self.model, self.world = model, world
+        runtime = runtime if runtime is not None else LocalRuntime()
         spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,
                      trainer.total_steps, threads, timeout_s)
-        # copies: a tensor handed to a spawned process moves to memory both processes map, so the
-        # live model's and optimizer's tensors, stepped in place later, must not be the ones sent
-        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        state = copy.deepcopy(_named(trainer.state_dict(), model))
-        address = f"127.0.0.1:{_free_port()}"
-        ctx = mp.get_context("spawn")
-        self._errors = ctx.Queue()
-        self._followers = [ctx.Process(target=_follow, name=f"trainer-rank-{r}", daemon=True,
-                                       args=(spec, address, r, world, weights, state, os.getpid(), self._errors))
-                           for r in range(1, world)]
-        for p in self._followers:
-            p.start()
-        self.ranks = init_ranks(address=address, rank=0, world=world, timeout_s=timeout_s)
-        # its own copy again: the optimizer may keep views of what it loads, and what was sent is
-        # mapped by the followers until they have loaded it
-        self.trainer = _sharded(spec, self.ranks, weights, copy.deepcopy(state))
+        # snapshots: the live model's and optimizer's tensors are stepped in place later
+        weights = runtime.put_blob(model.state_dict())
+        state = runtime.put_blob(_named(trainer.state_dict(), model))
+        address = f"{runtime.host}:{_free_port()}"
+        leader = None if runtime.remote else os.getpid()  # Ray ends a gone driver's actors itself
+        ask = resources or Resources(cpus=threads)
+        self._followers = [runtime.spawn(f"trainer-rank-{r}", _follow, spec, address, r, world, weights, state, leader,
+                                         resources=ask) for r in range(1, world)]
+        try:
+            # where each rank runs (a node id on Ray); one not placed in time is named with its request
+            self.nodes = {w.name: w.started(timeout_s) for w in self._followers}
+            self.ranks = init_ranks(address=address, rank=0, world=world, timeout_s=timeout_s)
+        except BaseException:
+            for w in self._followers:
+                w.join(0)
+            raise
+        # its own copy: the optimizer may keep views of what it loads
+        self.trainer = _sharded(spec, self.ranks, weights.get(timeout_s, "trainer rank 0"),
+                                copy.deepcopy(state.get(timeout_s, "trainer rank 0")))
 
     def rl_step(self, batch: Batch) -> StepStats:
         """One RL step on every rank; then `model` holds the new weights."""
@@ -101,13 +108,11 @@ class TrainerGroup:
     def close(self) -> None:
         """Stop the followers and leave the group."""
         try:
-            if all(p.is_alive() for p in self._followers):
+            if all(w.alive() for w in self._followers):
                 dist.broadcast_object_list([("stop", None)], src=0)
         finally:
-            for p in self._followers:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.kill()
+            for w in self._followers:
+                w.join(10)
             dist.destroy_process_group()
 
     def _collective(self, order: tuple[str, Any] | None, work) -> Any:
@@ -119,12 +124,15 @@ class TrainerGroup:
             return work()
         except Exception as e:
             failed = []
-            while not self._errors.empty():
-                failed.append(self._errors.get())
-            dead = [p.name for p in self._followers if not p.is_alive()]
-            if failed or dead:
-                raise RuntimeError(f"trainer group: {', '.join(dead) or 'a rank'} failed; "
-                                   + "; ".join(failed)) from e
+            for w in self._followers:
+                try:
+                    w.check()
+                    if not w.alive():
+                        failed.append(f"{w.name}: ended")
+                except WorkerFailed as f:
+                    failed.append(f"{f}\n{f.traceback}".rstrip())
+            if failed:
+                raise RuntimeError("trainer group: a rank failed; " + "; ".join(failed)) from e
             raise
 
 
@@ -187,43 +195,39 @@ def _indexed(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
 
 
 def _free_port() -> int:
+    """A port free on every interface of this machine (ranks on other nodes connect to it)."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
-def _follow(spec: _Spec, address: str, rank: int, world: int, weights: dict[str, torch.Tensor],
-            state: dict[str, Any], leader: int, errors: Any) -> None:
-    """A follower rank: build its shard, then do what rank 0 orders until `stop`."""
+def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Any, state: Any, leader: int | None) -> None:
+    """A follower rank (a runtime's worker): build its shard, then do what rank 0 orders until
+    `stop`. `leader`: rank 0's pid, watched on its machine (None: the runtime ends this rank)."""
     torch.set_num_threads(spec.threads)
-    # a Ctrl-C or SIGTERM reaches the whole process group: rank 0 finishes the run and stops the rest
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_watch, args=(leader,), daemon=True).start()
-    try:
-        ranks = init_ranks(address=address, rank=rank, world=world, timeout_s=spec.timeout_s)
-        trainer = _sharded(spec, ranks, weights, state)
-        del weights, state
-        while True:
-            order: list[Any] = [None]
-            dist.broadcast_object_list(order, src=0)
-            kind, payload = order[0]
-            if kind == "stop":
-                break
-            if kind == "step":
-                trainer.rl_step(payload)
-                get_model_state_dict(trainer.model, options=FULL)
-            elif kind == "state":
-                _full_state(trainer)
-            elif kind == "save":
-                write_shards(payload, trainer)
-            elif kind == "load":
-                read_shards(payload, trainer)
-                get_model_state_dict(trainer.model, options=FULL)
-        dist.destroy_process_group()
-    except BaseException:
-        errors.put(f"trainer-rank-{rank}: {traceback.format_exc()}")
-        raise
+    if leader is not None:
+        threading.Thread(target=_watch, args=(leader,), daemon=True).start()
+    ranks = init_ranks(address=address, rank=rank, world=world, timeout_s=spec.timeout_s)
+    who = f"trainer rank {rank}"
+    trainer = _sharded(spec, ranks, weights.get(spec.timeout_s, who), state.get(spec.timeout_s, who))
+    del weights, state
+    while True:
+        order: list[Any] = [None]
+        dist.broadcast_object_list(order, src=0)
+        kind, payload = order[0]
+        if kind == "stop":
+            break
+        if kind == "step":
+            trainer.rl_step(payload)
+            get_model_state_dict(trainer.model, options=FULL)
+        elif kind == "state":
+            _full_state(trainer)
+        elif kind == "save":
+            write_shards(payload, trainer)
+        elif kind == "load":
+            read_shards(payload, trainer)
+            get_model_state_dict(trainer.model, options=FULL)
+    dist.destroy_process_group()
 
 
 def _watch(leader: int) -> None:

@@ -64,6 +64,13 @@ def _idle(seconds):
     time.sleep(seconds)
 
 
+def _call_home(host, port, out):
+    import socket
+
+    with socket.create_connection((host, port), timeout=LONG) as conn:
+        out.put(conn.recv(64).decode(), LONG, "caller")
+
+
 def _report_signals(out):
     out.put([signal.getsignal(sig) is signal.SIG_IGN for sig in (signal.SIGINT, signal.SIGTERM)], LONG, "reporter")
 
@@ -190,3 +197,19 @@ def test_blob_round_trip_of_a_state_dict(runtime):
     assert sums == {k: (v.dtype, v.shape, v.double().sum().item()) for k, v in expected.items()}
     reader.join(LONG)
     assert runtime.put_blob({"config": [1, 2]}).get(LONG, "engine") == {"config": [1, 2]}  # not tensors: as is
+
+
+def test_a_worker_reaches_this_process_at_the_runtimes_host(runtime):
+    """What a rendezvous (the trainer ranks') relies on: a server here, listening on every
+    interface, answers a worker that connects to `runtime.host`."""
+    import socket
+
+    with socket.create_server(("", 0)) as server:
+        out = runtime.queue(1)
+        caller = runtime.spawn("caller", _call_home, runtime.host, server.getsockname()[1], out)
+        server.settimeout(LONG)
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"hello from " + runtime.host.encode())
+        assert out.get(LONG, "caller", [caller]) == f"hello from {runtime.host}"
+        caller.join(LONG)

@@ -1,6 +1,6 @@
 """The Ray runtime on a simulated cluster (`ray.cluster_utils.Cluster`: a head and two nodes,
 started once for the module): placement by resources and placement groups, groups that cannot
-be placed, a node lost mid-work, a cluster that does not answer."""
+be placed, a trainer rank on another node, a node lost mid-work, a cluster that does not answer."""
 
 from __future__ import annotations
 
@@ -90,6 +90,39 @@ def test_a_placement_group_that_cannot_be_placed_says_what_is_missing(cluster):
         rt.placement_group("too-large", [{"slot": 3.0}], 1)
     pending = [g for g in ray.util.placement_group_table().values() if g["state"] == "PENDING"]
     assert pending == []  # removed when they failed, so they never take slots later
+
+
+def test_a_trainer_rank_on_another_node_trains_as_the_single_process_trainer(cluster):
+    """`TrainerGroup` over the Ray runtime: rank 1 an actor on node_a (its weights and optimizer
+    state through the object store), meeting rank 0 here at `runtime.host`."""
+    import copy
+
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer"))
+    from test_fsdp import ALGO, ARCH, BATCHES, CFG  # the FSDP tests' model, settings and batches
+
+    from tempering.models import build_model
+    from tempering.trainer import Trainer
+    from tempering.trainer.group import TrainerGroup
+
+    oracle_model = build_model(ARCH, seed=0)
+    oracle = Trainer(oracle_model, CFG, ALGO, total_steps=10)
+    oracle.rl_step(BATCHES[0])  # the group starts from a trained state: the optimizer's crosses too
+    model = copy.deepcopy(oracle_model)
+    started = Trainer(model, CFG, ALGO, total_steps=10)
+    started.load_state_dict(copy.deepcopy(oracle.state_dict()))
+    group = TrainerGroup(model, started, 2, threads=1, timeout_s=LONG, runtime=cluster.runtime,
+                         resources=Resources(cpus=1, custom={"node_a": 1}))
+    try:
+        assert group.nodes == {"trainer-rank-1": cluster.nodes["node_a"].node_id}
+        for batch in BATCHES[1:]:
+            want, got = oracle.rl_step(batch), group.rl_step(batch)
+            assert got.loss == pytest.approx(want.loss, abs=1e-6)
+            for (name, x), y in zip(oracle_model.state_dict().items(), model.state_dict().values(), strict=True):
+                torch.testing.assert_close(y, x, atol=2e-6, rtol=1e-5, msg=name)
+    finally:
+        group.close()
 
 
 def test_a_node_lost_mid_work_fails_its_worker_by_name(cluster):

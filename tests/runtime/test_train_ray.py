@@ -1,6 +1,6 @@
-"""The demo loop on a simulated Ray cluster (`ray.cluster_utils.Cluster`: a head and two engine
-nodes, started once for the module): two engine replicas, one per node, train a few steps to a
-summary; then a node is removed mid-run, another joins and a replica starts there, and the run
+"""The demo loop on a simulated Ray cluster (`ray.cluster_utils.Cluster`: a head, two engine
+nodes and a trainer node, started once for the module): two engine replicas, one per engine
+node, and a second trainer rank on the trainer node train a few steps to a summary; then a node is removed mid-run, another joins and a replica starts there, and the run
 finishes, every admitted group accounted for. The trainer runs in this process, as `tempering train --runtime ray` would."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def cluster(start_ray):
         c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
         try:
             nodes = [c.add_node(num_cpus=1, resources={"engine": 1}) for _ in range(2)]
+            trainer = c.add_node(num_cpus=1, resources={"trainer": 1})  # for a second trainer rank
             c.wait_for_nodes()
-            return SimpleNamespace(cluster=c, nodes=nodes)
+            return SimpleNamespace(cluster=c, nodes=nodes, trainer=trainer)
         except BaseException:
             c.shutdown()
             raise
@@ -59,10 +60,14 @@ def _fates(run_dir):
 
 
 def test_two_replicas_on_two_nodes_train_the_demo_to_a_summary(tmp_path, cluster):
-    summary = train(_config(tmp_path, cluster, "spread"))
+    """Two engine replicas, one per engine node, and the trainer as two FSDP2 ranks: rank 0 in
+    this process, rank 1 an actor on the trainer node."""
+    summary = train(_config(tmp_path, cluster, "spread", "--runtime.trainer_ranks=2",
+                            "--runtime.trainer_resources={ trainer = 1 }"))
     assert summary["steps"] == STEPS and summary["stopped"] is None
     nodes = summary["replicas"]["nodes"]
     assert sorted(nodes.values()) == sorted(n.node_id for n in cluster.nodes)  # one replica on each node
+    assert summary["trainer_ranks"] == {"trainer-rank-1": cluster.trainer.node_id}
     assert summary["replicas"]["lost"] == {} and summary["replicas"]["requeued_groups"] == 0
     assert len(_fates(tmp_path / "spread")) == STEPS * TASKS * SAMPLES  # every sample accounted for
     executions = [json.loads(line) for line in (tmp_path / "spread" / "sandbox.jsonl").read_text().splitlines()]
@@ -104,7 +109,10 @@ def test_a_node_removed_mid_run_loses_its_replica_and_one_that_joins_takes_its_p
     report = summary["replicas"]
     lost = [name for name, node in report["nodes"].items() if node == removed[0]]
     assert list(report["lost"]) == lost and "died" in report["lost"][lost[0]]
-    assert report["nodes"].get("rollout-2") == joined[0]  # started on the new node, and it sent groups
+    # a replica started on the new node, and it sent groups; one started while Ray still counted
+    # the removed node's resources as free (its view lags) is given up unplaced (node "")
+    started = {name: node for name, node in report["nodes"].items() if name not in ("rollout-0", "rollout-1")}
+    assert list(started.values()).count(joined[0]) == 1 and set(started.values()) <= {joined[0], ""}, started
     assert summary["steps"] == steps
     # every admitted group ran to its batch: trained or dropped with a reason, none missing
     fates = _fates(tmp_path / "lost")

@@ -86,7 +86,7 @@ def test_a_follower_exits_when_rank_0_is_killed(tmp_path):
         "if __name__ == '__main__':\n"
         "    model = build_model(ARCH, seed=0)\n"
         "    group = TrainerGroup(model, Trainer(model, CFG, ALGO), 2, threads=1, timeout_s=60)\n"
-        "    print(group._followers[0].pid, flush=True)\n"
+        "    print(group._followers[0].process.pid, flush=True)\n"
         "    time.sleep(600)\n")
     leader = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     follower = int(leader.stdout.readline())
@@ -146,3 +146,15 @@ def test_a_sharded_checkpoint_resumes_exactly_in_a_new_group_and_in_one_process(
     assert single.reference is not None and single.scheduler.last_epoch == 1
     assert single.rl_step(BATCHES[1]).loss == pytest.approx(want.loss, abs=1e-6)
     _close(model, loaded)
+
+
+def test_a_dead_rank_is_named_when_the_next_step_fails():
+    model = build_model(ARCH, seed=0)
+    group = TrainerGroup(model, Trainer(model, CFG, ALGO, total_steps=10), 2, threads=1, timeout_s=30)
+    try:
+        os.kill(group._followers[0].process.pid, signal.SIGKILL)
+        group._followers[0].process.join(10)
+        with pytest.raises(RuntimeError, match="trainer-rank-1: died with exit code -9"):
+            group.rl_step(BATCHES[0])
+    finally:
+        group.close()
