@@ -125,6 +125,23 @@ def test_a_trainer_rank_on_another_node_trains_as_the_single_process_trainer(clu
         group.close()
 
 
+def test_a_trainer_rank_no_node_can_take_stalls_by_name_and_what_it_asks(cluster):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "trainer"))
+    from test_fsdp import ALGO, ARCH, CFG
+
+    from tempering.models import build_model
+    from tempering.trainer import Trainer
+    from tempering.trainer.group import TrainerGroup
+
+    model = build_model(ARCH, seed=0)
+    ask = Resources(cpus=1, custom={"trainer": 1})  # no node offers "trainer"
+    with pytest.raises(Stall, match=r"worker trainer-rank-1: not placed within 2 s; it asks for \{'CPU': 1, "
+                                    r"'trainer': 1\}"):
+        TrainerGroup(model, Trainer(model, CFG, ALGO), 2, threads=1, timeout_s=2, runtime=cluster.runtime,
+                     resources=ask)
+    assert cluster.runtime.has_room(Resources(cpus=1, custom={"node_a": 1}))  # its request went back
+
+
 def test_a_node_lost_mid_work_fails_its_worker_by_name(cluster):
     doomed = cluster.cluster.add_node(num_cpus=1, resources={"node_c": 1})
     cluster.cluster.wait_for_nodes()
