@@ -4,8 +4,9 @@ The run's loop stays in the caller, rank 0. It keeps the plain, full policy it w
 (`model`: what the weight store publishes and a checkpoint saves) and trains its own shard of a
 sharded copy; ranks 1.. are workers of the run's runtime (processes on this machine, or Ray
 actors placed on the cluster's nodes by their `Resources`) that meet rank 0 at its machine's
-address (`runtime.host`) and follow its orders, each a collective every rank joins: `step` (every rank is given the whole batch, `parallelize` splits
-the work; then the full weights are gathered into rank 0's plain copy, ready to publish),
+address (`runtime.host`) and follow its orders, each a collective every rank joins: `step`
+(every rank is given the whole batch, `parallelize` splits the work; then the full weights are
+gathered into rank 0's plain copy, ready to publish),
 `state` (the full trainer state on rank 0, in the single-process `Trainer.state_dict` format:
 optimizer state keyed by parameter index), and `save` / `load` (each rank writes or reads its
 own shards of a checkpoint folder with torch.distributed.checkpoint, `distributed.write_shards`:
