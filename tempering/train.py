@@ -78,7 +78,7 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
         runtime = open_runtime(cfg.runtime)
         try:
             if cfg.runtime.trainer_ranks > 1:  # from the warmed-up (or restored) single-process trainer
-                ask = Resources(cpus=run.threads, custom=dict(cfg.runtime.trainer_resources))
+                ask = Resources(cpus=1, custom=dict(cfg.runtime.trainer_resources))  # as a replica asks
                 run.trainer = TrainerGroup(run.model, run.trainer, cfg.runtime.trainer_ranks, run.threads,
                                            cfg.run.stall_timeout_s, runtime, ask)
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)

@@ -448,8 +448,8 @@ class RuntimeConfig:
     # processes of the RL trainer (FSDP2 ranks, `trainer.group`): rank 0 is `tempering train`'s,
     # the others are workers of the runtime (on Ray, actors on the nodes that have room for them)
     trainer_ranks: int = 1
-    # ray: custom resources each trainer rank after the first asks its node for, beside a CPU per
-    # thread, e.g. { trainer = 1 } where only trainer nodes offer "trainer"; local: ignored
+    # ray: custom resources each trainer rank after the first asks its node for, beside 1 CPU,
+    # e.g. { trainer = 1 } where only trainer nodes offer "trainer"; local: ignored
     trainer_resources: dict[str, float] = field(default_factory=dict)
     # what a checkpoint of trainer ranks holds: "full" (the single-process format: rank 0 gathers
     # the optimizer state) or "sharded" (every rank writes its own shards with

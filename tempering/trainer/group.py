@@ -56,8 +56,8 @@ class TrainerGroup:
                  runtime: Any = None, resources: Resources | None = None):
         """`model`: the full policy (kept, and updated after every step); `trainer`: the
         single-process trainer whose configuration and state the group starts from; `runtime`
-        spawns ranks 1.. (a `LocalRuntime` when None), each asking for `resources` (default: a
-        CPU per thread); `timeout_s` bounds their placement and every collective."""
+        spawns ranks 1.. (a `LocalRuntime` when None), each asking for `resources` (default:
+        one CPU); `timeout_s` bounds their placement and every collective."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
         self.model, self.world = model, world
@@ -69,7 +69,7 @@ class TrainerGroup:
         state = runtime.put_blob(_named(trainer.state_dict(), model))
         address = f"{runtime.host}:{_free_port()}"
         leader = None if runtime.remote else os.getpid()  # Ray ends a gone driver's actors itself
-        ask = resources or Resources(cpus=threads)
+        ask = resources or Resources()
         self._followers = [runtime.spawn(f"trainer-rank-{r}", _follow, spec, address, r, world, weights, state, leader,
                                          resources=ask) for r in range(1, world)]
         try:

@@ -1,7 +1,8 @@
 """`tempering train --runtime.kind=ray --runtime.address=local` stopped by SIGTERM to its whole
 process group, as a scheduler (or Ctrl-C in a terminal) sends it: the private Ray instance runs
 in a session of its own, so it survives the signal, the run finishes cleanly (checkpoint, final
-evaluation, summary naming the signal) and exits 0, and no process of that instance is left."""
+evaluation, summary naming the signal) and exits 0, and no process of that instance is left.
+Two replicas and a second trainer rank, all actors of that instance: more workers than cores."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ TINY = ["--model.hidden_size=32", "--model.intermediate_size=64", "--model.num_h
         "--rollout.samples_per_task=4", "--sft.steps=1", "--sft.batch_size=16", "--sandbox.workers=1",
         "--reward.workers=1", "--metrics.progress=false", "--metrics.tensorboard=false", "--metrics.plot=false",
         "--run.checkpoint_every=0", "--run.steps=100000", "--run.stall_timeout_s=60",
-        "--runtime.kind=ray", "--runtime.address=local"]
+        "--runtime.kind=ray", "--runtime.address=local",
+        # more workers than this 2-core machine has cores: the private instance offers a CPU to each
+        "--runtime.replicas=2", "--runtime.trainer_ranks=2"]
 
 
 def _children() -> dict[int, list[int]]:
@@ -93,6 +96,7 @@ def test_sigterm_to_the_process_group_ends_a_local_ray_run_cleanly(tmp_path):
     run = tmp_path / "sig"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stopped"] == "SIGTERM" and summary["steps"] >= 1
+    assert len(summary["replicas"]["nodes"]) == 2 and list(summary["trainer_ranks"]) == ["trainer-rank-1"]
     assert (run / "checkpoints" / "latest").read_text() == f"step-{summary['steps']:06d}"
     assert (run / "eval_final.json").exists()
     printed = out.decode()
