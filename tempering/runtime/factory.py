@@ -2,8 +2,8 @@
 
 "local" is the embedded default (`runtime.local`); "ray" connects to a Ray cluster
 (`runtime.ray`), which is imported here only for that kind, so a run that does not ask for Ray
-never needs it installed. A private Ray instance ("local") is sized so that every worker of the
-run is placed. It starts no worker itself.
+never needs it installed. A private Ray instance ("local") offers what every worker of the run
+asks for, so that all of them are placed. It starts no worker itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ def open_runtime(cfg: RuntimeConfig) -> Any:
     if cfg.address != "local":
         return RayRuntime(cfg.address, **deadlines)
     # A private instance is this machine, whose cores the run's processes already share
-    # (`threads_per_process`): it offers a CPU to every worker the run starts (each replica and
-    # each trainer rank after the first asks for one), so none waits for a core Ray counts as taken.
-    workers = cfg.replicas + cfg.trainer_ranks - 1
-    return RayRuntime("local", num_cpus=max(len(os.sched_getaffinity(0)), workers), **deadlines)
+    # (`threads_per_process`): it offers every worker the run starts what it asks for (a CPU
+    # each, and a cluster's custom resources), so a config written for a cluster runs here too.
+    ranks = cfg.trainer_ranks - 1
+    offered: dict[str, float] = {}
+    for count, asks in ((cfg.replicas, cfg.replica_resources), (ranks, cfg.trainer_resources)):
+        for name, amount in asks.items():
+            offered[name] = offered.get(name, 0.0) + count * amount
+    cpus = max(len(os.sched_getaffinity(0)), cfg.replicas + ranks)
+    return RayRuntime("local", num_cpus=cpus, resources=offered, **deadlines)

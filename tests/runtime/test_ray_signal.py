@@ -27,7 +27,9 @@ TINY = ["--model.hidden_size=32", "--model.intermediate_size=64", "--model.num_h
         "--run.checkpoint_every=0", "--run.steps=100000", "--run.stall_timeout_s=60",
         "--runtime.kind=ray", "--runtime.address=local",
         # more workers than this 2-core machine has cores: the private instance offers a CPU to each
-        "--runtime.replicas=2", "--runtime.trainer_ranks=2"]
+        # and the custom resources a cluster's config asks for (a cluster's nodes would offer them)
+        "--runtime.replicas=2", "--runtime.trainer_ranks=2", "--runtime.replica_resources={ engine = 1 }",
+        "--runtime.trainer_resources={ trainer = 1 }"]
 
 
 def _children() -> dict[int, list[int]]:
