@@ -10,4 +10,6 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two workers, each taking whole files (a file's session fixtures run once): 17.8 -> 12.4 min on a
+# 2-core machine. TEST_WORKERS=0 runs in this process (as `-n 0` among the arguments does).
+exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
