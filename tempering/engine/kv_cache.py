@@ -134,10 +134,14 @@ class KVPool:
             for t in per_layer:
                 t[b] = t[a]
 
-    def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """An int8 pool's keys, values and their scales in `layer` (the whole tensors, for
-        attention that reads int8 itself, `int8_attention`), after what a gather of `index` does
+    def stored(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of `layer` as stored (the whole tensors, for attention that reads
+        the pool itself: `paged_decode`, `int8_attention`), after what a gather of `index` does
         first (an offloaded pool's prefetch)."""
         if self.offload is not None:
             self.offload.prefetch(layer, torch.div(index, self.block_size, rounding_mode="floor"))
-        return self.k[layer], self.v[layer], self.k_scale[layer], self.v_scale[layer]
+        return self.k[layer], self.v[layer]
+
+    def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """An int8 pool's keys, values and their scales in `layer` (`stored` and the scales)."""
+        return *self.stored(layer, index), self.k_scale[layer], self.v_scale[layer]
