@@ -45,7 +45,9 @@ def _kernel():
     except ImportError:
         return None
 
-    @numba.njit(fastmath=True, cache=True, nogil=True)
+    # fast-math without "no infinities / NaNs" (the running max starts at -inf): reassociation is
+    # what vectorizes the dot products
+    @numba.njit(fastmath={"reassoc", "contract", "nsz", "arcp", "afn"}, cache=True, nogil=True)
     def decode(q, kp, vp, index, mask, out, lse, scale):  # pragma: no cover - compiled
         rows, kvh, rep, d = q.shape
         acc = np.empty((kvh, rep, d), np.float32)
