@@ -1,9 +1,9 @@
 """Decode attention read straight from a float32 paged KV pool on CPU, compiled with numba.
 
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
-pool slots (a decode bucket's rows: one query per sequence and query head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather:
-one pass over each row's keys, in slot order, reads a slot's keys and values for every kv head
-and folds them into a running softmax (the flash-decoding recurrence: a running max per query,
+pool slots (a decode bucket's rows: one query per sequence and query head), the same as SDPA
+over `KVPool.gather`'s keys and values, without the gather: one pass over each row's keys, in
+slot order, reads a slot's keys and values for every kv head and folds them into a running softmax (the flash-decoding recurrence: a running max per query,
 the sum and the weighted values rescaled when the max grows). So each stored key and value is
 read once, from the pool, and nothing context-sized is written. A kv head's query heads share
 the key they read (GQA without copies).
@@ -19,8 +19,8 @@ What it does not do: float16/bfloat16 or int8 pools (`int8_attention` reads thos
 other than the CPU (a GPU keeps `gather` + SDPA), many queries over the same keys (prefill
 chunks, the n samples' queries over their shared prefix: SDPA's matrix kernels win there; the
 kernel took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU second
-when it read the shared prefix too), or threads (it runs on the calling thread; rows are independent, so
-a parallel loop over them is the next step). Where numba cannot be imported, the engine keeps
+when it read the shared prefix too), or threads (it runs on the calling thread; rows are
+independent, so a parallel loop over them is the next step). Where numba cannot be imported, the engine keeps
 `gather` + SDPA. The compiled kernel is cached on disk by numba (`cache=True`), so only a
 machine's first engine pays its compile (about 2 s).
 """
@@ -35,7 +35,7 @@ import torch
 
 from tempering.engine.kv_cache import KVPool
 
-ENABLED = True  # tests and benchmarks turn it off to compare with gather + SDPA
+ENABLED = True  # tests turn it off to compare with gather + SDPA
 
 
 @functools.lru_cache(maxsize=1)
