@@ -3,8 +3,9 @@
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
 pool slots (a decode bucket's rows: one query per sequence and query head), the same as SDPA
 over `KVPool.gather`'s keys and values, without the gather: one pass over each row's keys, in
-slot order, reads a slot's keys and values for every kv head and folds them into a running softmax (the flash-decoding recurrence: a running max per query,
-the sum and the weighted values rescaled when the max grows). So each stored key and value is
+slot order, reads a slot's keys and values for every kv head and folds them into a running
+softmax (the flash-decoding recurrence: a running max per query, the sum and the weighted
+values rescaled when the max grows). So each stored key and value is
 read once, from the pool, and nothing context-sized is written. A kv head's query heads share
 the key they read (GQA without copies).
 
