@@ -12,8 +12,8 @@ the key they read (GQA without copies).
 Measured (64 rows of 200-320 keys in random 4-slot blocks, 6 query heads over 2 kv heads,
 head_dim 64, 1 thread, one layer): 4.9-5.6 ms against 10.1-10.7 ms for `index_select` + SDPA,
 results within 1e-6. About half of the kernel's time is its arithmetic (the same rows over
-slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. A tiled variant (the scores of 16
-slots, then their weights, then their values) was faster in cache (1.9 against 3.2 ms) and
+slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. A tiled variant (the
+scores of 16 slots, then their weights, then their values) was faster in cache (1.9 against 3.2 ms) and
 slower on the pool (6.2 against 5.0 ms, the two measured in turn in one process): not used.
 
 What it does not do: float16/bfloat16 or int8 pools (`int8_attention` reads those), devices
@@ -21,8 +21,8 @@ other than the CPU (a GPU keeps `gather` + SDPA), many queries over the same key
 chunks, the n samples' queries over their shared prefix: SDPA's matrix kernels win there; the
 kernel took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU second
 when it read the shared prefix too), or threads (it runs on the calling thread; rows are
-independent, so a parallel loop over them is the next step). Where numba cannot be imported, the engine keeps
-`gather` + SDPA. The compiled kernel is cached on disk by numba (`cache=True`), so only a
+independent, so a parallel loop over them is the next step). Where numba cannot be imported,
+the engine keeps `gather` + SDPA. The compiled kernel is cached on disk by numba (`cache=True`), so only a
 machine's first engine pays its compile (about 2 s).
 """
 
