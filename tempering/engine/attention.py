@@ -11,11 +11,11 @@ Decode tokens of sequences that share a long prefix of blocks (the n samples of 
 requests with a common system prompt) read that prefix once for the whole group (cascade
 attention: the group's queries against the shared keys, each sequence's own keys separately,
 merged by their log-sum-exp), instead of gathering and scanning the same keys once per
-sequence. With a float32 pool on the CPU, decode buckets are read by `paged_decode`'s compiled
-kernel straight from the pool, without the gather (a shared prefix, whose many queries suit
-SDPA's matrix kernels, is still gathered). With an int8 pool, long decode reads (buckets, shared prefixes) attend over the
-int8 keys and values as stored (`int8_attention`: no dequantized copy of the context; prefill
-chunks still dequantize, which measured faster). With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding
+sequence. With a float32 or int8 pool on the CPU, decode buckets are read by `paged_decode`'s
+compiled kernel straight from the pool, without the gather (a shared prefix, whose many queries
+suit SDPA's matrix kernels, is still gathered). Elsewhere (no numba, shared prefixes), long int8
+decode reads attend over the int8 keys and values as stored (`int8_attention`: no dequantized
+copy of the context; prefill chunks still dequantize, which measured faster). With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding
 window + sinks skip whole blocks). In the engine's sparse layers every query row reads only the
 blocks `sparse` selects for it (a sequence's first chunk still attends to itself densely). It
 does not decide what is in the step: that is the scheduler's job.
@@ -153,6 +153,14 @@ class PagedAttention:
         out = q.new_empty(b, heads, d)
         lse = q.new_empty(b, kvh, rep) if self.meta.shared else None
         for bk in self.meta.decode:
+            rows = qd[bk.lo: bk.hi].reshape(-1, kvh, rep, d)
+            if paged_decode.use(pool):
+                o, l = paged_decode.attend(pool, layer, rows, bk.index.view(bk.hi - bk.lo, bk.keys),
+                                           bk.mask.view(bk.hi - bk.lo, bk.keys))
+                out[bk.lo: bk.hi] = o.view(-1, heads, d)
+                if lse is not None:
+                    lse[bk.lo: bk.hi] = l
+                continue
             if int8_attention.use(pool, bk.index.numel(), prefill=False):
                 index, mask = bk.index.view(bk.hi - bk.lo, bk.keys), bk.mask.view(bk.hi - bk.lo, 1, bk.keys)
                 if lse is None:
@@ -161,14 +169,6 @@ class PagedAttention:
                     o, l = int8_attention.attend(pool, layer, qd[bk.lo: bk.hi], index, mask, lse=True)
                     out[bk.lo: bk.hi] = o[:, :, 0]
                     lse[bk.lo: bk.hi] = l.view(-1, kvh, rep)
-                continue
-            rows = qd[bk.lo: bk.hi].reshape(-1, kvh, rep, d)
-            if paged_decode.use(pool):
-                o, l = paged_decode.attend(pool, layer, rows, bk.index.view(bk.hi - bk.lo, bk.keys),
-                                           bk.mask.view(bk.hi - bk.lo, bk.keys))
-                out[bk.lo: bk.hi] = o.view(-1, heads, d)
-                if lse is not None:
-                    lse[bk.lo: bk.hi] = l
                 continue
             kk, vv = pool.gather(layer, bk.index)
             kk = kk.view(bk.hi - bk.lo, bk.keys, kvh, d).transpose(1, 2)

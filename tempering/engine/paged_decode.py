@@ -1,35 +1,40 @@
-"""Decode attention read straight from a float32 paged KV pool on CPU, compiled with numba.
+"""Decode attention read straight from a paged KV pool on CPU (float32 or int8), compiled with numba.
 
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
-pool slots (a decode bucket's rows: one query per sequence and query head), the same as SDPA
-over `KVPool.gather`'s keys and values, without the gather: one pass over each row's keys, in
-slot order, reads a slot's keys and values for every kv head and folds them into a running
-softmax (the flash-decoding recurrence: a running max per query, the sum and the weighted
-values rescaled when the max grows). So each stored key and value is
-read once, from the pool, and nothing context-sized is written. A kv head's query heads share
-the key they read (GQA without copies).
+pool slots (a decode bucket's rows, or block-sparse decode rows: one query per sequence and query
+head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather: one pass over
+each row's keys, in slot order, reads a slot's keys and values for every kv head and folds them
+into a running softmax (the flash-decoding recurrence: a running max per query, the sum and the
+weighted values rescaled when the max grows). So each stored key and value is read once, from the
+pool, and nothing context-sized is written. A kv head's query heads share the key they read (GQA
+without copies). An int8 pool is read as stored: the key's fp16 scale multiplies its score and
+the value's scale its weight (q . (k8 s) = (q . k8) s), so the result is dequantize-then-attend's
+up to fp32 rounding. Rows are independent: with more than one torch thread, a large read is split
+into runs of rows on that many threads (the kernel releases the GIL).
 
 Measured (64 rows of 200-320 keys in random 4-slot blocks, 6 query heads over 2 kv heads,
 head_dim 64, 1 thread, one layer): 4.9-5.6 ms against 10.1-10.7 ms for `index_select` + SDPA,
 results within 1e-6. About half of the kernel's time is its arithmetic (the same rows over
-slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. A tiled variant (the
-scores of 16 slots, then their weights, then their values) was faster in cache (1.9 against 3.2 ms) and
-slower on the pool (6.2 against 5.0 ms, the two measured in turn in one process): not used.
+slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. Over an int8 pool it takes
+about as long as over float32 (5.1 ms; `int8_attention`'s chunked two passes 8.6 ms,
+dequantize + SDPA 16.7 ms); at 1 row of 8,192 keys 0.96 ms against 2.75 and 3.85 ms. Tiled
+variants (the scores of 16 slots, then their weights with a vectorized exp, then their values)
+were faster in cache and slower on the pool: not used.
 
-What it does not do: float16/bfloat16 or int8 pools (`int8_attention` reads those), devices
-other than the CPU (a GPU keeps `gather` + SDPA), many queries over the same keys (prefill
-chunks, the n samples' queries over their shared prefix: SDPA's matrix kernels win there; the
-kernel took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU second
-when it read the shared prefix too), or threads (it runs on the calling thread; rows are
-independent, so a parallel loop over them is the next step). Where numba cannot be imported,
-the engine keeps `gather` + SDPA. The compiled kernel is cached on disk by numba (`cache=True`), so only a
-machine's first engine pays its compile (about 2 s).
+What it does not do: float16/bfloat16 pools (numba has no such CPU type; `gather` + SDPA reads
+them), devices other than the CPU (a GPU keeps `gather` + SDPA), or many queries over the same
+keys (prefill chunks, the n samples' queries over their shared prefix: SDPA's matrix kernels win
+there; the kernel took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU
+second when it read the shared prefix too). Where numba cannot be imported, the engine keeps
+`gather` + SDPA (`int8_attention` for long int8 reads). The compiled kernel is cached on disk by
+numba (`cache=True`), so only a machine's first engine pays its compile (a few seconds).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -37,26 +42,30 @@ import torch
 from tempering.engine.kv_cache import KVPool
 
 ENABLED = True  # tests turn it off to compare with gather + SDPA
+SPLIT_KEYS = 4096  # a read of fewer keys (rows x keys) stays on one thread: a hand-off costs ~50 us
+# every float16 bit pattern as float32: an int8 pool's fp16 scales are read through it (numba
+# has no float16 type on the CPU), exactly
+_HALF = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=1)
 def _kernel():
     """The compiled kernel, or None where numba is not installed (imported on first use: numba's
-    import costs about half a second that a GPU or int8 engine need not pay)."""
+    import costs about half a second that a GPU engine need not pay)."""
     try:
         import numba
     except ImportError:
         return None
 
     # fast-math without "no infinities / NaNs" (the running max starts at -inf): reassociation is
-    # what vectorizes the dot products
+    # what vectorizes the dot products. `ks is None` (a float32 pool) is pruned at compile time.
     @numba.njit(fastmath={"reassoc", "contract", "nsz", "arcp", "afn"}, cache=True, nogil=True)
-    def decode(q, kp, vp, index, mask, out, lse, scale):  # pragma: no cover - compiled
-        rows, kvh, rep, d = q.shape
+    def decode(q, kp, vp, ks, vs, half, index, mask, out, lse, scale, r0, r1):  # pragma: no cover - compiled
+        _, kvh, rep, d = q.shape
         acc = np.empty((kvh, rep, d), np.float32)
         top = np.empty((kvh, rep), np.float32)
         total = np.empty((kvh, rep), np.float32)
-        for r in range(rows):
+        for r in range(r0, r1):
             acc[:] = 0.0
             top[:] = -np.inf
             total[:] = 0.0
@@ -66,12 +75,16 @@ def _kernel():
                 slot = index[r, j]
                 for h in range(kvh):
                     kr, vr = kp[slot, h], vp[slot, h]
+                    k_scale, v_scale = scale, np.float32(1.0)
+                    if ks is not None:  # int8: the fp16 scales' bits, looked up
+                        k_scale = scale * half[ks[slot, h, 0] & 0xFFFF]
+                        v_scale = half[vs[slot, h, 0] & 0xFFFF]
                     for p in range(rep):
                         qp, ap = q[r, h, p], acc[h, p]
                         s = np.float32(0.0)
                         for x in range(d):
-                            s += qp[x] * kr[x]
-                        s *= scale
+                            s += qp[x] * np.float32(kr[x])
+                        s *= k_scale
                         if s > top[h, p]:  # a new max: rescale what was summed under the old one
                             c = np.float32(math.exp(top[h, p] - s))
                             total[h, p] *= c
@@ -80,8 +93,9 @@ def _kernel():
                             top[h, p] = s
                         w = np.float32(math.exp(s - top[h, p]))
                         total[h, p] += w
+                        w *= v_scale
                         for x in range(d):
-                            ap[x] += w * vr[x]
+                            ap[x] += w * np.float32(vr[x])
             for h in range(kvh):
                 for p in range(rep):
                     inv = np.float32(1.0) / total[h, p]
@@ -92,10 +106,23 @@ def _kernel():
     return decode
 
 
+_workers: list[ThreadPoolExecutor] = []  # at most one: the threads for runs of rows
+
+
+def _threads(count: int) -> ThreadPoolExecutor:
+    """`count` threads that run runs of rows while the calling thread runs the first run (a new
+    pool when torch's thread count has grown)."""
+    if not _workers or _workers[0]._max_workers < count:
+        if _workers:
+            _workers.pop().shutdown(wait=False)
+        _workers.append(ThreadPoolExecutor(count, thread_name_prefix="paged-decode"))
+    return _workers[0]
+
+
 def use(pool: KVPool) -> bool:
-    """Whether decode reads of this pool go through `attend`: a float32 pool on the CPU, numba
-    installed, and `ENABLED`."""
-    return (ENABLED and not pool.quantized and pool.device.type == "cpu" and pool.dtype == torch.float32
+    """Whether decode reads of this pool go through `attend`: a float32 or int8 pool on the CPU,
+    numba installed, and `ENABLED`."""
+    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.dtype == torch.float32)
             and _kernel() is not None)
 
 
@@ -103,11 +130,28 @@ def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor,
            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """q [R, KVH, rep, D] (row r's queries of each kv head), index [R, K] pool slots, mask [R, K]
     bool (True = attend; each row attends to at least one key) -> the output [R, KVH, rep, D]
-    and the log-sum-exp of the scaled scores [R, KVH, rep]."""
+    and the log-sum-exp of the scaled scores [R, KVH, rep], float32."""
     rows, kvh, rep, d = q.shape
-    k, v = pool.stored(layer, index.reshape(-1))
-    out = q.new_empty(rows, kvh, rep, d)
-    lse = q.new_empty(rows, kvh, rep)
-    _kernel()(q.contiguous().numpy(), k.numpy(), v.numpy(), index.contiguous().numpy(),
-              mask.contiguous().numpy(), out.numpy(), lse.numpy(), np.float32(1.0 / math.sqrt(d)))
+    index, mask = index.contiguous(), mask.contiguous()
+    ks = vs = None
+    if pool.quantized:
+        k, v, k_scale, v_scale = pool.quantized_layer(layer, index.reshape(-1))
+        ks, vs = k_scale.view(torch.int16).numpy(), v_scale.view(torch.int16).numpy()
+    else:
+        k, v = pool.stored(layer, index.reshape(-1))
+    out = q.new_empty(rows, kvh, rep, d, dtype=torch.float32)
+    lse = q.new_empty(rows, kvh, rep, dtype=torch.float32)
+    args = (q.float().contiguous().numpy(), k.numpy(), v.numpy(), ks, vs, _HALF, index.numpy(), mask.numpy(),
+            out.numpy(), lse.numpy(), np.float32(1.0 / math.sqrt(d)))
+    kernel = _kernel()
+    parts = min(torch.get_num_threads(), rows, max(1, index.numel() // SPLIT_KEYS))
+    if parts == 1:
+        kernel(*args, 0, rows)
+        return out, lse
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    threads = _threads(parts - 1)
+    others = [threads.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    kernel(*args, bounds[0], bounds[1])
+    for f in others:
+        f.result()
     return out, lse

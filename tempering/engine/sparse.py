@@ -11,8 +11,9 @@ first), local blocks (the one holding its last query and those before it) and to
 with the causal mask; a row whose context has no more blocks than that union reads all of them,
 so with `topk` covering every block this is dense attention (a test). Reading costs
 `(sinks + local + topk) * block_size` keys per row at any length; scoring costs one bound per
-block, `1 / block_size` of dense attention's q . k work. An int8 pool's selected blocks are read
-as stored for decode rows (`int8_attention.use`), not dequantized.
+block, `1 / block_size` of dense attention's q . k work. Decode rows read their selected blocks
+straight from a float32 or int8 pool on the CPU (`paged_decode`); elsewhere an int8 pool's blocks
+are read as stored for long decode reads (`int8_attention.use`), not dequantized.
 
 It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a
 step (the scheduler).
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import int8_attention
+from tempering.engine import int8_attention, paged_decode
 from tempering.engine.kv_cache import KVPool
 
 
@@ -103,7 +104,11 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     written = readable & (key_pos <= rows.positions.max(1).values[:, None])  # [R, K]
     mask = written[:, None, :] & (key_pos[:, None, :] <= rows.positions[:, :, None])  # [R, Q, K]
     mask[:, :, 0] |= rows.positions < 0  # a padding query sees one key (its output is dropped)
-    if int8_attention.use(pool, slots.numel(), prefill=rows.tokens.shape[1] > 1):  # masked int8 slots weigh 0 (finite)
+    rep, nq = heads // kvh, qr.shape[2]
+    if nq == 1 and paged_decode.use(pool):  # decode rows: masked slots are skipped, never read
+        out, _ = paged_decode.attend(pool, layer, qr.reshape(r, kvh, rep, d), slots, mask[:, 0])
+        return out.view(r, 1, heads, d)
+    if int8_attention.use(pool, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
         return int8_attention.attend(pool, layer, qr, slots, mask).transpose(1, 2)
     kk, vv = pool.gather(layer, slots.reshape(-1))
     zero = ~written.reshape(-1, 1, 1)
@@ -111,7 +116,6 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     vv = vv.masked_fill_(zero, 0).view(r, s * bs, kvh, d).transpose(1, 2)
     # A kv head's query heads act as more query rows (SDPA's GQA would copy the keys and values
     # once per query head): [R, KVH, rep * Q, D] against [R, KVH, K, D], the mask repeated.
-    rep, nq = heads // kvh, qr.shape[2]
     grouped = qr.reshape(r, kvh, rep * nq, d)
     mask = mask[:, None].expand(r, rep, nq, mask.shape[-1]).reshape(r, 1, rep * nq, -1)
     out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from engine_helpers import random_prompts
-from tempering.engine import LLM, SamplingParams, int8_attention
+from tempering.engine import LLM, SamplingParams, int8_attention, paged_decode
 from tempering.engine.kv_cache import KVPool
 
 TOL = 1e-5  # both are fp32 over the same int8 values; only summation order differs
@@ -101,6 +101,8 @@ OPTIONS = {
 def test_engine_greedy_tokens_equal_the_dequantize_path(model, monkeypatch, options):
     prompts = random_prompts(4, 60, 120, seed=21)
     params = SamplingParams(n=3, temperature=0, max_tokens=40, ignore_eos=True)
+
+    monkeypatch.setattr(paged_decode, "ENABLED", False)  # its own decode path for int8 (test_paged_decode)
 
     def run(fused: bool):
         monkeypatch.setattr(int8_attention, "MODE", "always" if fused else "never")

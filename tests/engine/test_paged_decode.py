@@ -1,5 +1,7 @@
 """Decode attention from the paged pool (`paged_decode`) against gather + SDPA, kernel and engine."""
 
+import threading
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,35 +58,98 @@ def test_matches_gather_then_sdpa(kv_heads, rep, d, rows, keys):
     torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
 
 
-def test_only_float32_cpu_pools_use_it(monkeypatch):
+def _int8_pool(kv_heads: int, d: int, blocks: int = 256, block: int = 4) -> KVPool:
+    f32 = _pool(kv_heads, d, blocks, block)
+    pool = KVPool(1, blocks, block, kv_heads, d, dtype="int8")
+    slots = torch.arange(blocks * block)
+    pool.write(0, slots, f32.k[0], f32.v[0])
+    return pool
+
+
+@pytest.mark.parametrize("kv_heads,rep,d", [(2, 3, 64), (1, 4, 16)])
+@pytest.mark.parametrize("rows,keys", [(1, 1), (7, 37), (16, 300)])
+def test_int8_matches_dequantize_then_sdpa(kv_heads, rep, d, rows, keys):
+    """The scales read through the float16 table fold into scores and weights: the same as
+    attending over the dequantized keys and values (`gather`), and not over the raw int8."""
+    g = torch.Generator().manual_seed(rows + keys)
+    pool = _int8_pool(kv_heads, d)
+    index = torch.stack([torch.randperm(pool.k[0].shape[0], generator=g)[:keys] for _ in range(rows)])
+    mask = torch.arange(keys)[None] < torch.randint(1, keys + 1, (rows,), generator=g)[:, None]
+    mask[0] = True
+    q = torch.randn(rows, kv_heads, rep, d, generator=g)
+    out, lse = paged_decode.attend(pool, 0, q, index, mask)
+    ref, ref_lse = _reference(pool, q, index, mask)
+    torch.testing.assert_close(out, ref, atol=TOL, rtol=1e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
+    assert (pool.k_scale[0] != 1).all()  # the scales are not trivially 1
+
+
+def test_runs_of_rows_on_threads_equal_one_thread(monkeypatch):
+    """With more torch threads, rows are split into runs on that many threads; every row is
+    computed, by the same arithmetic (bitwise equal)."""
+    pool, g = _pool(2, 64), torch.Generator().manual_seed(1)
+    index = torch.stack([torch.randperm(pool.k[0].shape[0], generator=g)[:200] for _ in range(13)])
+    mask = torch.arange(200)[None] < torch.randint(1, 201, (13,), generator=g)[:, None]
+    q = torch.randn(13, 2, 3, 64, generator=g)
+    one, one_lse = paged_decode.attend(pool, 0, q, index, mask)
+    kernel, ran = paged_decode._kernel(), []
+
+    def recorded(*args):
+        ran.append((threading.current_thread().name, args[-2], args[-1]))
+        return kernel(*args)
+
+    monkeypatch.setattr(paged_decode, "_kernel", lambda: recorded)
+    monkeypatch.setattr(paged_decode, "SPLIT_KEYS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        many, many_lse = paged_decode.attend(pool, 0, q, index, mask)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted((lo, hi) for _, lo, hi in ran) == [(0, 4), (4, 8), (8, 13)]
+    # the caller runs the first run, pool threads the others
+    assert [name for name, lo, _ in ran if lo == 0] == [threading.current_thread().name]
+    assert all(name.startswith("paged-decode") for name, lo, _ in ran if lo > 0)
+    assert torch.equal(one, many) and torch.equal(one_lse, many_lse)
+
+
+def test_float32_and_int8_cpu_pools_use_it(monkeypatch):
     assert paged_decode.use(KVPool(1, 4, 4, 2, 8))
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 8, dtype="int8"))
+    assert paged_decode.use(KVPool(1, 4, 4, 2, 8, dtype="int8"))
     assert not paged_decode.use(KVPool(1, 4, 4, 2, 8, model_dtype=torch.bfloat16))
     monkeypatch.setattr(paged_decode, "ENABLED", False)
     assert not paged_decode.use(KVPool(1, 4, 4, 2, 8))
 
 
+SPARSE = {"sparse_topk": 1, "sparse_local_blocks": 1, "max_batched_tokens": 48, "max_batch_size": 8}
 OPTIONS = {"plain": {}, "block 16": {"block_size": 16},
            "window + sinks": {"sliding_window": 24, "attention_sinks": 3, "max_batched_tokens": 32,
-                              "max_batch_size": 8}}
+                              "max_batch_size": 8},
+           "int8": {"kv_dtype": "int8"}, "sparse": SPARSE, "sparse int8": {**SPARSE, "kv_dtype": "int8"}}
 
 
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
 def test_the_engine_gives_the_same_tokens_and_logprobs_as_with_gather(model, monkeypatch, options):
     """Decode buckets of varied lengths, and n=4 samples of long prompts whose shared prefix is
-    read once (cascade: the kernel's log-sum-exp over each row's own keys is merged with it)."""
+    read once (cascade: the kernel's log-sum-exp over each row's own keys is merged with it);
+    block-sparse decode rows; int8 pools (without the kernel: `int8_attention` or dequantize)."""
     prompts = random_prompts(5, 20, 120, seed=3)
     params = [SamplingParams(n=4, temperature=1.0, seed=5, max_tokens=48, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)]
-    runs = {}
+    runs, attend, calls = {}, paged_decode.attend, []
+    monkeypatch.setattr(paged_decode, "attend", lambda *a: calls.append(a[-1].shape) or attend(*a))
     for enabled in (True, False):
         monkeypatch.setattr(paged_decode, "ENABLED", enabled)
         engine = LLM(model, max_seq_len=256, **options)
         runs[enabled] = [engine.generate(prompts, p) for p in params]
         if not options:
             assert engine.runner.shared_prefix_reads > 0  # the cascade path ran
+        assert bool(calls) == enabled  # the kernel ran, or not at all
+        calls.clear()
+    # int8: (q . k8) s here, q . (k8 s) in the dequantized copy; the rounding differs a little more
+    tol = 1e-4 if options.get("kv_dtype") == "int8" else 1e-5
     for a, b in zip(runs[True], runs[False]):
         for x, y in zip(a, b):
             for cx, cy in zip(x.outputs, y.outputs):
                 assert cx.token_ids == cy.token_ids
-                torch.testing.assert_close(torch.tensor(cx.logprobs), torch.tensor(cy.logprobs), atol=1e-5, rtol=0)
+                torch.testing.assert_close(torch.tensor(cx.logprobs), torch.tensor(cy.logprobs), atol=tol, rtol=0)
