@@ -1,13 +1,15 @@
 """Micro-benchmark: attention over an int8 KV pool, fused (`int8_attention.attend`, int8 read as
 stored) against dequantize-then-SDPA (`KVPool.gather` + `F.scaled_dot_product_attention`, what
-the engine did before). Decode shapes of bench/engine.py's model (6 query heads, 2 kv heads,
+the engine did before), and for decode cases the compiled kernel the engine now uses for decode
+reads on CPU (`paged_decode.attend`, where numba is installed). Decode shapes of bench/engine.py's model (6 query heads, 2 kv heads,
 head_dim 64), one layer, paged context (blocks of 16 at random pool places, the rows' lengths
 uniform in [3/4, 1] of the bucket's width, masked as the decode buckets are), plus one prefill
 chunk (`--prefill` queries against the whole context). Prints one JSON object:
 
     {"threads": 1, "cases": [{"kind": "decode", "batch": 16, "context": 8192, "dequantize_ms": ...,
       "fused_ms": ..., "ratio": <dequantize_ms / fused_ms = fused keys per second / dequantize's>,
-      "max_abs_diff": ...}, ...]}
+      "max_abs_diff": ..., "kernel_ms": ..., "kernel_vs_fused": <fused_ms / kernel_ms>,
+      "kernel_vs_dequantize": ..., "kernel_max_abs_diff": ...}, ...]}
 
 Times are the best of `--reps` calls. A case whose dequantized K/V would exceed `--max-float-gib`
 runs fused only.
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tempering.engine import int8_attention  # noqa: E402
+from tempering.engine import int8_attention, paged_decode  # noqa: E402
 from tempering.engine.kv_cache import KVPool  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 6, 2, 64, 16
@@ -71,6 +73,12 @@ def fused(pool: KVPool, q, index, mask):
     return int8_attention.attend(pool, 0, q, index, mask)
 
 
+def kernel(pool: KVPool, q, index, mask):
+    b = q.shape[0]
+    rows = q.view(b, KV_HEADS, HEADS // KV_HEADS, HEAD_DIM)
+    return paged_decode.attend(pool, 0, rows, index, mask[:, 0])[0].view(b, HEADS, 1, HEAD_DIM)
+
+
 def best_ms(fn, args, reps: int) -> float:
     fn(*args)
     best = float("inf")
@@ -107,6 +115,12 @@ def main() -> None:
             row["max_abs_diff"] = float(diff.abs().max())
         else:
             row["dequantize_skipped"] = f"float K/V would be {float_gib:.2f} GiB"
+        if queries == 1 and paged_decode.use(pool):
+            row["kernel_ms"] = best_ms(kernel, (pool, q, index, mask), args.reps)
+            row["kernel_vs_fused"] = round(row["fused_ms"] / row["kernel_ms"], 2)
+            if "dequantize_ms" in row:
+                row["kernel_vs_dequantize"] = round(row["dequantize_ms"] / row["kernel_ms"], 2)
+            row["kernel_max_abs_diff"] = float((kernel(pool, q, index, mask) - fused(pool, q, index, mask)).abs().max())
         report["cases"].append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         del pool
