@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -106,17 +107,22 @@ def _kernel():
     return decode
 
 
-_workers: list[ThreadPoolExecutor] = []  # at most one: the threads for runs of rows
+STALL_S = 600.0  # a run of rows on a pool thread taking longer than this is a stall, not work
+_workers: dict[int, ThreadPoolExecutor] = {}  # pid -> the threads for runs of rows
 
 
 def _threads(count: int) -> ThreadPoolExecutor:
-    """`count` threads that run runs of rows while the calling thread runs the first run (a new
-    pool when torch's thread count has grown)."""
-    if not _workers or _workers[0]._max_workers < count:
-        if _workers:
-            _workers.pop().shutdown(wait=False)
-        _workers.append(ThreadPoolExecutor(count, thread_name_prefix="paged-decode"))
-    return _workers[0]
+    """`count` threads that run runs of rows while the calling thread runs the first run: a new
+    pool when torch's thread count has grown, and in a forked child (whose copy of the parent's
+    pool has no threads and would never run what it is given)."""
+    pid = os.getpid()
+    pool = _workers.get(pid)
+    if pool is None or pool._max_workers < count:
+        if pool is not None:
+            pool.shutdown(wait=False)
+        _workers.clear()
+        pool = _workers[pid] = ThreadPoolExecutor(count, thread_name_prefix="paged-decode")
+    return pool
 
 
 def use(pool: KVPool) -> bool:
@@ -153,5 +159,8 @@ def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor,
     others = [threads.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
     kernel(*args, bounds[0], bounds[1])
     for f in others:
-        f.result()
+        try:
+            f.result(timeout=STALL_S)
+        except TimeoutError:
+            raise TimeoutError(f"paged_decode: a run of rows on a pool thread stalled for {STALL_S:.0f} s") from None
     return out, lse

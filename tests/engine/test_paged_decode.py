@@ -1,6 +1,9 @@
 """Decode attention from the paged pool (`paged_decode`) against gather + SDPA, kernel and engine."""
 
+import os
+import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -111,6 +114,37 @@ def test_runs_of_rows_on_threads_equal_one_thread(monkeypatch):
     assert [name for name, lo, _ in ran if lo == 0] == [threading.current_thread().name]
     assert all(name.startswith("paged-decode") for name, lo, _ in ran if lo > 0)
     assert torch.equal(one, many) and torch.equal(one_lse, many_lse)
+
+
+def test_a_forked_child_splits_rows_on_threads_of_its_own(monkeypatch):
+    """A child forked after the parent's threads started gets threads of its own (the parent's
+    pool, copied, has none and would never run the child's rows)."""
+    pool, g = _pool(2, 16), torch.Generator().manual_seed(2)
+    index = torch.stack([torch.randperm(pool.k[0].shape[0], generator=g)[:50] for _ in range(8)])
+    mask = torch.ones(8, 50, dtype=torch.bool)
+    q = torch.randn(8, 2, 3, 16, generator=g)
+    monkeypatch.setattr(paged_decode, "SPLIT_KEYS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        expected, _ = paged_decode.attend(pool, 0, q, index, mask)  # starts the parent's pool
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if its split read gives the parent's result
+            ok = False
+            try:
+                ok = torch.equal(paged_decode.attend(pool, 0, q, index, mask)[0], expected)
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.monotonic() + 60
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's read stalled")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_float32_and_int8_cpu_pools_use_it(monkeypatch):
