@@ -3,10 +3,10 @@
 A scale per (token, head) over head_dim values keeps the error of each stored vector to half a
 step of its own largest entry, and stores 1 + 2/head_dim bytes per value (0.26x fp32 at
 head_dim 64, 0.28x at 16). The scale is rounded to fp16 before quantizing, so storing it in fp16
-adds no error. Long decode reads attend over int8 as stored (`int8_attention`: the scales fold
-into the scores and the probabilities, keys and values are cast a chunk at a time), so int8 saves
-memory and, there, time; prefill chunks and short reads still go through `KVPool.gather`, which
-dequantizes what a step gathers.
+adds no error. Decode reads attend over int8 as stored (on CPU `paged_decode`, elsewhere the
+long ones `int8_attention`: the scales fold into the scores and the weights), so int8 saves
+memory and, there, time; prefill chunks (and short decode reads without the kernel) still go
+through `KVPool.gather`, which dequantizes what a step gathers.
 """
 
 from __future__ import annotations
