@@ -12,7 +12,10 @@ dense's mean entropy: a random-init model's are nearly flat, so top-1 flips on t
 of the one before through the prefix cache). Dense is skipped above `--dense-max` tokens.
 
     python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--block 64] [--threads 2]
-        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE]]
+        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE]]
+
+A trained model for `--model`: `bench/long_context_model.py` trains one here (its folder's
+`document.json` is the prompt for `--ids`).
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ def main() -> None:
                     help="the sparse mode's engine.kv_offload_dir: cold KV blocks in a file there")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--text", default="", help="with --model: a text file whose tokens (repeated) are the prompt")
+    ap.add_argument("--ids", default="", help="a JSON list of token ids (repeated) as the prompt, e.g. the "
+                    "document.json of bench/long_context_model.py's folder")
     ap.add_argument("--model", default="", help="an HF model folder (a trained long-context model) instead of the "
                     "random-init one; --logit-scale and --qk-scale are then ignored")
     ap.add_argument("--qk-scale", type=float, default=1.0,
@@ -115,6 +120,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.text and not args.model:
         ap.error("--text needs --model (its tokenizer)")
+    if args.text and args.ids:
+        ap.error("--text and --ids both give the prompt: pass one")
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.model:  # a trained model: its own attention and distributions, nothing scaled
@@ -133,9 +140,14 @@ def main() -> None:
                                "kv_dtype": args.kv_dtype, "offload": bool(args.offload_dir)},
                     "lengths": {}}
     text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []
+    if args.ids:
+        text_ids = json.loads(Path(args.ids).read_text())
+        if not text_ids or not all(isinstance(t, int) and 0 <= t < model.arch.vocab_size for t in text_ids):
+            ap.error(f"--ids {args.ids}: not a non-empty JSON list of token ids below the vocabulary size "
+                     f"{model.arch.vocab_size}")
     for length in lengths:
         g = torch.Generator().manual_seed(length)
-        if text_ids:  # the text repeated to the length (a trained model reads text, not random ids)
+        if text_ids:  # the text (ids) repeated to the length (a trained model reads text, not random ids)
             prompt = (text_ids * (length // len(text_ids) + 1))[:length]
         else:
             prompt = torch.randint(0, model.arch.vocab_size, (length,), generator=g).tolist()
