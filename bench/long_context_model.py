@@ -24,7 +24,7 @@ stayed 0-0.02 throughout; an 800-step run with asks every ~64 tokens, lr 2e-3, t
 `long_context.py` measures on it is agreement on a trained model whose attention serves local
 dependence; a model that attends far (the records) is what it does not give yet.
 
-    python bench/long_context_model.py --out DIR [--steps 400] [--lr 2e-3] [--context 32768] [--sample 1024]
+    python bench/long_context_model.py --out DIR [--steps 900] [--lr 3e-3] [--context 32768] [--sample 1024]
     python bench/long_context.py --model DIR --ids DIR/document.json --lengths 32768 --probes 64
 """
 
@@ -121,12 +121,12 @@ def answer_accuracy(model, corpus: Corpus, context: int, length: int, batches: i
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="the folder for the model and document.json")
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--sample", type=int, default=1024, help="tokens per training sample")
     ap.add_argument("--context", type=int, default=32768, help="the distances the skips cover")
     ap.add_argument("--document", type=int, default=140_000, help="tokens of document.json")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
