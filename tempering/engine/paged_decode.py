@@ -17,9 +17,10 @@ head_dim 64, 1 thread, one layer): 4.9-5.6 ms against 10.1-10.7 ms for `index_se
 results within 1e-6. About half of the kernel's time is its arithmetic (the same rows over
 slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. Over an int8 pool it takes
 about as long as over float32 (5.1 ms; `int8_attention`'s chunked two passes 8.6 ms,
-dequantize + SDPA 16.7 ms); at 1 row of 8,192 keys 0.96 ms against 2.75 and 3.85 ms. Tiled
-variants (the scores of 16 slots, then their weights with a vectorized exp, then their values)
-were faster in cache and slower on the pool: not used.
+dequantize + SDPA 16.7 ms); at 1 row of 8,192 keys 0.96 ms against 2.75 and 3.85 ms. Not used,
+all slower on the pool: a tiled variant (the scores of 16 slots, then their weights, then their
+values; faster in cache), the same with a polynomial exp the compiler vectorizes, and two passes
+per row (all its scores, one vectorized exp, then the values).
 
 What it does not do: float16/bfloat16 pools (numba has no such CPU type; `gather` + SDPA reads
 them), devices other than the CPU (a GPU keeps `gather` + SDPA), or many queries over the same
