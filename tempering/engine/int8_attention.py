@@ -38,9 +38,10 @@ over dequantize's; max |difference| 3e-7 to 3e-6):
 (A 2-thread run on the shared machine was too noisy to report.) On the CPU with numba, decode
 buckets and block-sparse decode rows go to `paged_decode`'s compiled kernel first (1.3-1.9x this
 path). Otherwise the engine (`use`, `MODE` "auto") routes decode-shaped reads (one query per
-row) of at least `MIN_KEYS` keys here and leaves short reads and prefill chunks, where SDPA's kernel over a cache-sized dequantized copy
-wins, on `KVPool.gather`. Much of dequantize+SDPA's cost at long contexts is SDPA's masked
-one-query path over the float copy, not only the dequantizing.
+row) of at least `MIN_KEYS` keys here and leaves short reads and prefill chunks, where SDPA's
+kernel over a cache-sized dequantized copy wins, on `KVPool.gather`. Much of dequantize+SDPA's
+cost at long contexts is SDPA's masked one-query path over the float copy, not only the
+dequantizing.
 
 The saving is mostly memory traffic: dequantizing writes 4 bytes per stored byte and SDPA reads
 them back, where the fused path reads each int8 byte once and casts it in cache. What it does
