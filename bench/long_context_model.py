@@ -21,9 +21,9 @@ tokenizer is saved). And so far not a model that retrieves: measured here (900 s
 tokens, lr 3e-3, 20 minutes on 2 cores) it learns the background (loss 6.29 -> 2.47 nats) but
 not the asks (`answer_accuracy`, the greedy accuracy on the values of asks in second halves,
 stayed 0-0.02 throughout; so did an 800-step run with asks every ~64 tokens at lr 2e-3, and 800
-steps with `--rope-theta 500000`). So what
-`long_context.py` measures on it is agreement on a trained model whose attention serves local
-dependence; a model that attends far (the records) is what it does not give yet.
+steps with `--rope-theta 500000`). So what `long_context.py` measures on it is agreement on a
+trained model whose attention serves local dependence; a model that attends far (the records)
+is what it does not give yet.
 
     python bench/long_context_model.py --out DIR [--steps 900] [--lr 3e-3] [--context 32768] [--sample 1024]
     python bench/long_context.py --model DIR --ids DIR/document.json --lengths 32768 --probes 64
