@@ -109,7 +109,7 @@ def _kernel():
 
 
 STALL_S = 600.0  # a run of rows on a pool thread taking longer than this is a stall, not work
-_workers: dict[int, ThreadPoolExecutor] = {}  # pid -> the threads for runs of rows
+_workers: list[tuple[int, int, ThreadPoolExecutor]] = []  # at most one: (pid, threads, the pool)
 
 
 def _threads(count: int) -> ThreadPoolExecutor:
@@ -117,13 +117,14 @@ def _threads(count: int) -> ThreadPoolExecutor:
     pool when torch's thread count has grown, and in a forked child (whose copy of the parent's
     pool has no threads and would never run what it is given)."""
     pid = os.getpid()
-    pool = _workers.get(pid)
-    if pool is None or pool._max_workers < count:
-        if pool is not None:
-            pool.shutdown(wait=False)
-        _workers.clear()
-        pool = _workers[pid] = ThreadPoolExecutor(count, thread_name_prefix="paged-decode")
-    return pool
+    if _workers and _workers[0][0] == pid and _workers[0][1] >= count:
+        return _workers[0][2]
+    if _workers:
+        owner, _, old = _workers.pop()
+        if owner == pid:  # a parent's copy is left alone: its threads are not this process's
+            old.shutdown(wait=False)
+    _workers.append((pid, count, ThreadPoolExecutor(count, thread_name_prefix="paged-decode")))
+    return _workers[0][2]
 
 
 def use(pool: KVPool) -> bool:
