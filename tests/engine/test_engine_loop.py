@@ -18,7 +18,7 @@ def tokens(outs):
 @pytest.mark.parametrize("options", [
     {},
     {"max_batched_tokens": 8, "max_batch_size": 8},  # prompts are prefilled in many chunks
-    {"block_size": 16},
+    {"block_size": 4},  # the default is 16
     {"prefix_cache": False},
 ])
 def test_logprobs_equal_the_trainer_under_every_layout(model, options):
@@ -47,20 +47,21 @@ def test_prefix_cache_hits_across_requests_and_keeps_outputs_identical(model):
     first = engine.generate(prompts, GREEDY)
     hits = engine.blocks.stats["hit_tokens"]
     second = engine.generate(prompts, GREEDY)
-    assert engine.blocks.stats["hit_tokens"] - hits >= sum(len(p) - 4 for p in prompts)
+    assert engine.blocks.stats["hit_tokens"] - hits >= sum(len(p) - engine.cfg.block_size for p in prompts)
     assert tokens(first) == tokens(second)
     # A multi-turn follow-up reuses the earlier prompt and the generated reply.
     follow = prompts[0] + first[0].outputs[0].token_ids + [1, 2, 3]
     before = engine.blocks.stats["hit_tokens"]
     out = engine.generate([follow], GREEDY)[0].outputs[0]
-    assert engine.blocks.stats["hit_tokens"] - before >= len(follow) - 8
+    # all but the 3 new tokens, the reply's last (never written to the cache) and a partial block
+    assert engine.blocks.stats["hit_tokens"] - before >= len(follow) - 4 - engine.cfg.block_size
     assert_matches_trainer(model, follow, out)
 
 
 def test_preemption_recomputes_and_changes_nothing(model):
     prompts = random_prompts(8, 20, 40, seed=4)
     roomy = LLM(model, max_seq_len=128)
-    tight = LLM(model, max_seq_len=128, kv_blocks=40, max_batch_size=8, max_batched_tokens=64)
+    tight = LLM(model, max_seq_len=128, block_size=4, kv_blocks=40, max_batch_size=8, max_batched_tokens=64)
     expected = roomy.generate(prompts, GREEDY)
     got = tight.generate(prompts, GREEDY)
     assert tight.scheduler.preemptions > 0
@@ -105,7 +106,7 @@ def test_step_api_and_errors(model):
     with pytest.raises(ValueError, match="tokenizer"):
         engine.generate(["text"])
     with pytest.raises(ValueError, match="kv_blocks"):
-        LLM(model, max_seq_len=64, kv_blocks=2).generate([[1, 2, 3]], SamplingParams(max_tokens=20))
+        LLM(model, max_seq_len=64, kv_blocks=1).generate([[1, 2, 3]], SamplingParams(max_tokens=20))
     with pytest.raises(ValueError, match="no unfinished request"):
         engine.abort(12345)
 

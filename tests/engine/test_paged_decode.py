@@ -156,7 +156,7 @@ def test_float32_and_int8_cpu_pools_use_it(monkeypatch):
 
 
 SPARSE = {"sparse_topk": 1, "sparse_local_blocks": 1, "max_batched_tokens": 48, "max_batch_size": 8}
-OPTIONS = {"plain": {}, "block 16": {"block_size": 16},
+OPTIONS = {"plain": {}, "block 4": {"block_size": 4},
            "window + sinks": {"sliding_window": 24, "attention_sinks": 3, "max_batched_tokens": 32,
                               "max_batch_size": 8},
            "int8": {"kv_dtype": "int8"}, "sparse": SPARSE, "sparse int8": {**SPARSE, "kv_dtype": "int8"}}

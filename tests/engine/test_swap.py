@@ -20,7 +20,7 @@ SEEDED = [SamplingParams(temperature=1.0, max_tokens=16, ignore_eos=True, seed=i
 # Too few blocks for 8 sequences: decodes preempt. Each prompt is prefilled in one chunk, as in
 # the uninterrupted run: int8 KV and sparse attention give slightly different logprobs for other
 # chunkings (and for a recompute, which prefills prompt and output in one chunk).
-TIGHT = {"max_seq_len": 128, "kv_blocks": 40, "max_batch_size": 8, "max_batched_tokens": 512}
+TIGHT = {"max_seq_len": 128, "block_size": 4, "kv_blocks": 40, "max_batch_size": 8, "max_batched_tokens": 512}
 
 
 def run(model, prompts, params, **options):
@@ -46,7 +46,8 @@ def assert_all_returned(engine):
                          ids=["fp32", "int8", "sparse"])
 def test_swap_equals_an_uninterrupted_run(model, params, options):
     prompts = random_prompts(8, 20, 40, seed=4)
-    _, expected = run(model, prompts, params, max_seq_len=128, **options)  # room for all: never preempted
+    # room for all: never preempted (blocks as TIGHT's: sparse attention selects whole blocks)
+    _, expected = run(model, prompts, params, max_seq_len=128, block_size=TIGHT["block_size"], **options)
     recompute, _ = run(model, prompts, params, **TIGHT, **options)
     swapped, got = run(model, prompts, params, **TIGHT, **options, swap_blocks=200)
     s = swapped.scheduler
@@ -59,7 +60,7 @@ def test_swap_equals_an_uninterrupted_run(model, params, options):
 
 def test_preempted_mid_prefill_resumes_from_its_swapped_chunks(model, monkeypatch):
     prompts = random_prompts(6, 60, 90, seed=8)
-    options = {"max_seq_len": 128, "kv_blocks": 60, "max_batch_size": 6, "max_batched_tokens": 24}
+    options = {"max_seq_len": 128, "block_size": 4, "kv_blocks": 60, "max_batch_size": 6, "max_batched_tokens": 24}
     _, expected = run(model, prompts, GREEDY, max_seq_len=128)
     mid_prefill = []
     swap_out = Scheduler._swap_out
@@ -137,8 +138,11 @@ def test_new_weights_drop_swapped_kv_and_abort_frees_it(model):
     _, expected = run(model, prompts, GREEDY, max_seq_len=128)
     engine = LLM(model, **TIGHT, swap_blocks=200)
     rids = [engine.add_request(p, GREEDY) for p in prompts]
-    while not engine.scheduler.swapped:
+    for _ in range(200):  # the pool is tight: a swap comes within a few steps
+        if engine.scheduler.swapped:
+            break
         engine.step()
+    assert engine.scheduler.swapped
     swap = engine.scheduler.swap
     assert swap.num_free < swap.num_blocks
     engine.load_weights(model.state_dict(), version=1)  # same weights, new version: KV is stale
@@ -150,8 +154,11 @@ def test_new_weights_drop_swapped_kv_and_abort_frees_it(model):
     # abort while swapped: its swap blocks come back
     engine.scheduler.preemptions = 0
     rids = [engine.add_request(p, GREEDY) for p in prompts]
-    while not engine.scheduler.swapped:
+    for _ in range(200):  # the pool is tight: a swap comes within a few steps
+        if engine.scheduler.swapped:
+            break
         engine.step()
+    assert engine.scheduler.swapped
     victim = engine.scheduler.swapped[0]
     engine.abort(victim.request_id)
     assert victim.status is Status.FINISHED and not victim.swap_table

@@ -55,7 +55,7 @@ def test_partial_rollout_continues_as_a_fresh_engine_of_the_new_weights_would():
 def test_without_partial_rollouts_requests_in_flight_finish_under_their_weights_first():
     # Two running sequences at most, 8 tokens a step (the prompt takes 3 steps to prefill and its
     # third sample queues for a place) and KV for less than three (preemption).
-    engine, store, sync = synced_engine(partial=False, max_batch_size=2, max_batched_tokens=8, kv_blocks=10)
+    engine, store, sync = synced_engine(partial=False, max_batch_size=2, max_batched_tokens=8, block_size=4, kv_blocks=10)
     old, new = models()
     prompt, late = random_prompts(2, 20, 21, seed=4)
     a = engine.add_request(prompt, SamplingParams(n=3, temperature=1.0, max_tokens=14, seed=5, ignore_eos=True))
