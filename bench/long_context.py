@@ -12,7 +12,7 @@ dense's mean entropy: a random-init model's are nearly flat, so top-1 flips on t
 of the one before through the prefix cache). Dense is skipped above `--dense-max` tokens.
 
     python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--block 64] [--threads 2]
-        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE]]
+        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE] [--probe-at FILE]]
 
 A trained model for `--model`: `bench/long_context_model.py` trains one here (its folder's
 `document.json` is the prompt for `--ids`).
@@ -79,6 +79,13 @@ def _gib(n: int) -> float:
     return round(n / 2**30, 4)
 
 
+def read_json(ap: argparse.ArgumentParser, path: str, option: str):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        ap.error(f"{option} {path}: {e}")
+
+
 def distributions(llm: LLM, prompt: list[int], probes: list[int]) -> torch.Tensor:
     """Next-token log-probabilities after each prefix prompt[:p] -> [len(probes), vocab]."""
     seen: list[torch.Tensor] = []
@@ -104,6 +111,10 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--chunk", type=int, default=2048, help="max_batched_tokens: the prefill chunk")
     ap.add_argument("--probes", type=int, default=32)
+    ap.add_argument("--probe-at", default="", help="a JSON list of prompt positions to probe instead (those in "
+                    "the prompt's second half, at most --probes): the next-token distributions after prompt[:p], "
+                    "and each mode's accuracy on prompt[p], e.g. the asks.json of bench/long_context_model.py's "
+                    "folder, where the next token is a value stated far back")
     ap.add_argument("--kv-dtype", default="fp32", choices=["fp32", "int8"], help="the sparse mode's KV storage")
     ap.add_argument("--offload-dir", default="",
                     help="the sparse mode's engine.kv_offload_dir: cold KV blocks in a file there")
@@ -141,10 +152,13 @@ def main() -> None:
                     "lengths": {}}
     text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []
     if args.ids:
-        text_ids = json.loads(Path(args.ids).read_text())
+        text_ids = read_json(ap, args.ids, "--ids")
         if not text_ids or not all(isinstance(t, int) and 0 <= t < model.arch.vocab_size for t in text_ids):
             ap.error(f"--ids {args.ids}: not a non-empty JSON list of token ids below the vocabulary size "
                      f"{model.arch.vocab_size}")
+    probe_at = read_json(ap, args.probe_at, "--probe-at") if args.probe_at else []
+    if args.probe_at and not (text_ids and all(isinstance(p, int) and p > 0 for p in probe_at)):
+        ap.error(f"--probe-at {args.probe_at}: needs --ids or --text, and a JSON list of positive positions")
     for length in lengths:
         g = torch.Generator().manual_seed(length)
         if text_ids:  # the text (ids) repeated to the length (a trained model reads text, not random ids)
@@ -154,6 +168,10 @@ def main() -> None:
         # prefixes ending on block boundaries, so each probe's prefill reuses the one before
         probes = sorted({(length // 2 + i * (length // 2) // args.probes) // args.block * args.block
                          for i in range(args.probes)})
+        if probe_at:
+            probes = [p for p in probe_at if length // 2 <= p < length][: args.probes]
+            if not probes:
+                ap.error(f"--probe-at {args.probe_at}: no position in the second half of the {length}-token prompt")
         row: dict = {}
         dists = {}
         for mode in ("dense", "sparse"):
@@ -173,6 +191,10 @@ def main() -> None:
             # how peaked the dense distributions are: top-1 agreement means little when they are flat
             row["dense"]["entropy_nats"] = round(float(-(d.exp() * d).sum(-1).mean()), 3)
             row["sparse"]["probes"] = len(probes)
+            if probe_at:  # the right next token is known: how often each mode predicts it
+                truth = torch.tensor([prompt[p] for p in probes])
+                for mode, dist in (("dense", d), ("sparse", s)):
+                    row[mode]["next_token_accuracy"] = round(float((dist.argmax(-1) == truth).float().mean()), 4)
         report["lengths"][str(length)] = row
         print(json.dumps({"done": length, **row}), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
