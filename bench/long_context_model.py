@@ -155,12 +155,12 @@ def answer_accuracy(model, corpus: Corpus, context: int, length: int, batches: i
     with torch.no_grad():
         for _ in range(batches):
             ids, pos = corpus.sample(length, corpus.rng.randint(0, context - length))
-            logits = model(torch.tensor([ids]), torch.tensor([pos]))[0]
-            for i in range(length // 2, length - 3 - VALUES):
-                if ids[i] == ASK:
-                    span = range(i + 3, i + 3 + VALUES)
-                    right += sum(int(logits[j - 1].argmax()) == ids[j] for j in span)
-                    total += VALUES
+            ids = torch.tensor([ids])
+            predicted = model(ids, torch.tensor([pos]))[0, :-1].argmax(-1)  # of ids[1:]
+            wanted = answers(ids)[0, 1:]
+            wanted[: length // 2] = False  # asks in the second half: their records may be far back
+            right += int((predicted == ids[0, 1:])[wanted].sum())
+            total += int(wanted.sum())
     return right / max(1, total)
 
 
