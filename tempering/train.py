@@ -385,6 +385,8 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         "samples": {"trained": acct.trained, **{f"dropped_{k}": v for k, v in acct.dropped.items()},
                     "refilled_groups": rollout.refilled,
                     **({"requeued_groups": rollout.requeued} if rollout.requeued else {})},
+        # with more than the one replica: the groups each sent (spread, and when one came or went)
+        **({"replicas": rollout.replicas} if set(rollout.replicas) != {"rollout-0"} else {}),
         # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's
         # start-up (first step), checkpoint writes and held-out evaluations are timed apart.
         "seconds": seconds,

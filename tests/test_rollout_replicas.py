@@ -137,3 +137,66 @@ def test_below_max_replicas_one_more_starts_when_the_runtime_has_room(run, monke
         assert set(service.replicas.live) == {"rollout-0", "rollout-1"}  # room left, but at the maximum
         assert placed == {"rollout-0", "rollout-1"}
     assert [len(b.groups) for b in batches] == [6, 6, 6, 6]
+
+
+def _unplaced_until(runtime, placed):
+    """`runtime` whose workers spawned from now on report themselves placed only once `placed[0]`
+    is true (as a Ray actor waits for a node's new worker process)."""
+    spawn = runtime.spawn
+
+    def spawned(*args, **kwargs):
+        worker = spawn(*args, **kwargs)
+        worker.placed = lambda: placed[0]
+        return worker
+
+    runtime.spawn = spawned
+    return runtime
+
+
+def test_a_replica_started_for_room_takes_groups_only_once_it_runs_and_nothing_waits_on_it(run, monkeypatch):
+    import tempering.rollout.service as service_module
+
+    monkeypatch.setattr(service_module, "GROW_CHECK_S", 0.0)
+    runtime, placed, room = LocalRuntime(), [False], [False]
+    runtime.has_room = lambda resources=None: room[0]
+    with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, runtime, replicas=1,
+                        max_replicas=2) as service:
+        _unplaced_until(runtime, placed)
+        room[0] = True
+        batches = []
+        for version in (1, 2):  # batches come from rollout-0 while rollout-1 is not placed
+            batches.append(service.next_batch(None))
+            service.publish(run.model, version)
+        assert set(service.replicas.placing) == {"rollout-1"} and set(service.replicas.live) == {"rollout-0"}
+        assert set(run.scheduler.replicas) == {"rollout-0"}  # no group is placed on it meanwhile
+        placed[0] = True  # its process is up
+        taken = set()
+        for version in (3, 4):
+            batches.append(service.next_batch(None))
+            service.publish(run.model, version)
+            taken |= {o.replica for o in run.scheduler.inflight.values()}
+        assert set(service.replicas.live) == {"rollout-0", "rollout-1"} and not service.replicas.placing
+        assert taken == {"rollout-0", "rollout-1"}
+    assert [len(b.groups) for b in batches] == [6, 6, 6, 6]
+
+
+def test_a_replica_never_placed_is_given_up_without_a_wait_and_another_is_tried(run, monkeypatch):
+    import tempering.rollout.service as service_module
+
+    monkeypatch.setattr(service_module, "GROW_CHECK_S", 0.0)
+    monkeypatch.setattr(service_module, "GROW_PLACE_S", 0.0)
+    runtime, room = LocalRuntime(), [False]
+    runtime.has_room = lambda resources=None: room[0]
+    with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, runtime, replicas=1,
+                        max_replicas=2) as service:
+        _unplaced_until(runtime, [False])
+        room[0] = True
+        batches = [service.next_batch(None)]
+        service.publish(run.model, 1)
+        batches.append(service.next_batch(None))
+        given_up = [r for r in service.replicas.all if r.name not in service.replicas.placing][1:]
+        # killed at once (its target had not begun), not given the stall deadline to end
+        assert given_up and all(r.worker.process.exitcode == -signal.SIGKILL for r in given_up)
+        assert set(service.replicas.live) == {"rollout-0"} and len(service.replicas.placing) <= 1
+        assert service.report()["nodes"]["rollout-1"] == ""  # never ran
+    assert [len(b.groups) for b in batches] == [6, 6]

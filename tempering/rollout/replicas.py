@@ -8,13 +8,17 @@ remote runtime (Ray) each replica gets a channel of `BlobPublisher`, which waits
 so a replica that dies never holds up a publish (a broadcast group would fail as a whole). A
 worker whose process or node went away (`WorkerFailed.died`) is lost: `lose` forgets it and the
 caller re-places its groups. A worker that raised is a failure of the run, never retried
-elsewhere (the same input would fail again). It orders and files nothing (`service`).
+elsewhere (the same input would fail again). A replica started for room the runtime says it
+has may take a while to be placed (on Ray: a node's new worker process); it waits in `placing`,
+apart from the live ones, and `place` moves it over once it runs, so that nobody waits on it. It
+orders and files nothing (`service`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tempering.models import Decoder
@@ -34,7 +38,8 @@ class Replica:
     orders: Any  # its queue of GroupOrders, NodePolicies and EvalRequests
     groups: Any  # the queue it sends scored groups into (read by `Replicas.groups`)
     policy: NodePolicy | None = None  # the node policy sent to it last
-    node: str = ""  # where it runs ("local" on the local runtime), once it has sent a group
+    node: str = ""  # where it runs ("local" on the local runtime), once placed or once it has sent a group
+    spawned: float = field(default_factory=time.monotonic)
 
 
 class Replicas:
@@ -51,11 +56,13 @@ class Replicas:
         self.stop = runtime.event("rollout stop")
         self.resources = Resources(custom=dict(resources)) if resources else None
         self.live: dict[str, Replica] = {}
+        self.placing: dict[str, Replica] = {}  # started, not yet running: no orders, not among `workers()`
         self.lost: dict[str, str] = {}  # name -> why
         self.all: list[Replica] = []
 
-    def start(self) -> Replica:
-        """Spawn the next replica, `rollout-<i>`."""
+    def start(self, placing: bool = False) -> Replica:
+        """Spawn the next replica, `rollout-<i>`: live at once, or with `placing`, held apart
+        until `place` finds it running."""
         i = len(self.all)
         name = f"rollout-{i}"
         orders = self.runtime.queue(0, f"orders for {name}")
@@ -67,9 +74,19 @@ class Replicas:
         self.groups.add(name, groups)
         self.replies.add(name, replies)
         replica = Replica(name, worker, orders, groups)
-        self.live[name] = replica
+        (self.placing if placing else self.live)[name] = replica
         self.all.append(replica)
         return replica
+
+    def place(self, replica: Replica) -> bool:
+        """Whether a placing replica runs now; if so it joins the live ones. Never waits; raises
+        `WorkerFailed` if it died on the way (its node went away)."""
+        if not replica.worker.placed():
+            return False
+        replica.node = replica.worker.started(self.timeout)  # answers at once once placed
+        del self.placing[replica.name]
+        self.live[replica.name] = replica
+        return True
 
     def has_room(self) -> bool:
         """Whether the runtime would place one more replica now."""
@@ -91,19 +108,24 @@ class Replicas:
         self.drop(replica)
         return replica
 
-    def drop(self, replica: Replica) -> None:
-        """Stop and forget a replica: its queues, its weight channel, its worker."""
-        del self.live[replica.name]
+    def drop(self, replica: Replica, wait: float | None = None) -> None:
+        """Stop and forget a replica: its queues, its weight channel, its worker (given `wait`
+        seconds, the stall deadline by default, to end before it is killed)."""
+        if self.live.pop(replica.name, None) is None:
+            del self.placing[replica.name]
         self.groups.remove(replica.name)
         self.replies.remove(replica.name)
         if isinstance(self.weights, BlobPublisher):
             self.weights.drop(replica.name)
-        replica.worker.join(timeout=self.timeout)  # on Ray: its actor and resources go back
+        # on Ray: its actor and resources go back
+        replica.worker.join(timeout=self.timeout if wait is None else wait)
 
     def close(self) -> None:
         self.stop.set()
         for r in self.live.values():
             r.worker.join(timeout=10)
+        for r in self.placing.values():
+            r.worker.join(timeout=0)  # its target has not begun: nothing to end cleanly
         # orders no worker will read must not hold this process's exit (a local queue's feeder
         # thread waits for room in its pipe)
         for r in self.all:

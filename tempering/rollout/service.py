@@ -21,6 +21,8 @@ counts), an evaluation it was running is asked of another; with no replica left 
 Below `max_replicas` (a Ray cluster whose nodes come and go), it asks the runtime between
 batches whether one more replica would be placed, and starts it (`add_replica` does the same on
 demand): a node that joins, or comes back after one was lost, adds capacity without a restart.
+Such a replica takes groups once it runs; until then nothing waits on it (a new node's first
+worker process can take a minute, longer than an idle replica waits for orders).
 Each batch carries what weight loads cost the workers (`SyncStats`, summed over replicas) and
 the engines' busy seconds; `publish` returns how long its copy took.
 """
@@ -38,12 +40,14 @@ from tempering.models import Decoder
 from tempering.records import Group
 from tempering.rollout.replicas import Replica, Replicas
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
-from tempering.runtime import Stall, WorkerFailed
+from tempering.runtime import WorkerFailed
 from tempering.scheduler.global_ import GlobalScheduler, GroupOrder
 from tempering.weights import SyncStats
 
 GROW_CHECK_S = 1.0  # below runtime.max_replicas: how often to ask the runtime for room (a call to Ray)
-GROW_PLACE_S = 10.0  # how long a replica started for room may take to be placed before it is given up
+# how long a replica started for room may wait to be placed before it is given up (nothing waits
+# on it meanwhile; on Ray, a new node's first worker process can take a minute on a busy machine)
+GROW_PLACE_S = 120.0
 
 @dataclass
 class RolloutBatch:
@@ -63,6 +67,7 @@ class RolloutBatch:
     sync_total: SyncStats = field(default_factory=SyncStats)  # ... and since they started
     engine_busy_s: float = 0.0  # wall time inside engine steps since the workers started (idle = 1 - busy/wall)
     requeued: int = 0  # its groups re-placed on another replica after theirs was lost
+    replicas: dict[str, int] = field(default_factory=dict)  # replica -> its groups in this batch
 
 
 @dataclass
@@ -72,6 +77,7 @@ class _Open:
     waits: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     queued: list[int] = field(default_factory=list)
     tokens: Counter = field(default_factory=Counter)  # replica -> tokens its groups generated
+    by_replica: Counter = field(default_factory=Counter)  # replica -> its groups
     requeued: int = 0
 
 
@@ -96,6 +102,7 @@ class RolloutService:
         self._heldout = None
         self._handed: float | None = None  # when the last batch went to the trainer
         self.requeued = self.superseded = 0
+        self.filed: Counter = Counter()  # replica -> groups it sent that went into a batch
         self.max_replicas = max_replicas  # 0: none started beyond (or in place of) the first `replicas`
         self._looked_for_room = time.monotonic()
         for _ in range(replicas):
@@ -144,8 +151,9 @@ class RolloutService:
                 return result
 
     def report(self) -> dict[str, Any]:
-        """Where the replicas ran, which were lost and why, and what that moved."""
-        return {"nodes": {r.name: r.node for r in self.replicas.all}, "lost": dict(self.replicas.lost),
+        """Where the replicas ran, the groups each sent, which were lost and why, and what that moved."""
+        return {"nodes": {r.name: r.node for r in self.replicas.all},
+                "groups": {r.name: self.filed[r.name] for r in self.replicas.all}, "lost": dict(self.replicas.lost),
                 "requeued_groups": self.requeued, "superseded_groups": self.superseded}
 
     def close(self) -> None:
@@ -167,22 +175,34 @@ class RolloutService:
 
     def _grow(self) -> None:
         """Below `max_replicas`, start one more replica when the runtime has room for it (looked
-        at every GROW_CHECK_S, between batches)."""
+        at every GROW_CHECK_S, between batches). It takes groups once it runs (`_place`); until
+        then nothing waits on it."""
         now = time.monotonic()
-        if len(self.replicas.live) >= self.max_replicas or now - self._looked_for_room < GROW_CHECK_S:
+        for replica in list(self.replicas.placing.values()):
+            self._place(replica, now)
+        replicas = len(self.replicas.live) + len(self.replicas.placing)
+        if replicas >= self.max_replicas or now - self._looked_for_room < GROW_CHECK_S:
             return
         self._looked_for_room = now
-        if not self.replicas.has_room():
+        if self.replicas.has_room():
+            self._place(self.replicas.start(placing=True), now)
+
+    def _place(self, replica: Replica, now: float) -> None:
+        """Register a replica started for room once it runs; give it up if it died on the way or
+        was not placed within GROW_PLACE_S (Ray's view of free resources lags by about a second)."""
+        try:
+            placed = self.replicas.place(replica)
+        except WorkerFailed as e:
+            self.replicas.drop(replica, wait=0)
+            print(f"[tempering] warning: rollout replica {replica.name} died before it ran ({e})",
+                  file=sys.stderr, flush=True)
             return
-        replica = self.replicas.start()
-        try:  # Ray's view of free resources lags by about a second: one it cannot place soon is given up
-            replica.worker.started(GROW_PLACE_S)
-        except Stall:
-            self.replicas.drop(replica)
-            return
-        self._register(replica)
-        print(f"[tempering] rollout replica {replica.name} started: the cluster has room for it "
-              f"({len(self.replicas.live)} of at most {self.max_replicas} replicas)", file=sys.stderr, flush=True)
+        if placed:
+            self._register(replica)
+            print(f"[tempering] rollout replica {replica.name} started: the cluster had room for it "
+                  f"({len(self.replicas.live)} of at most {self.max_replicas} replicas)", file=sys.stderr, flush=True)
+        elif now - replica.spawned > GROW_PLACE_S:
+            self.replicas.drop(replica, wait=0)  # its target never began: nothing to wait for
 
     def _add(self) -> str:
         return self._register(self.replicas.start())
@@ -260,6 +280,8 @@ class RolloutService:
         batch = self._open[done.order.batch]
         batch.groups.append((done.order.id, done.group, done.version))
         batch.tokens[name] += sum(t.num_model_tokens for t in done.group.trajectories)
+        batch.by_replica[name] += 1
+        self.filed[name] += 1
         if done.node is not None:
             for domain, waits in done.node.waits.items():
                 batch.waits[domain] += waits
@@ -290,7 +312,7 @@ class RolloutService:
                             _node_record(batch) if batch.queued else {}, startup, split,
                             self.scheduler.refilled(b), sync=sync, sync_total=_total(list(self._sync.values())),
                             engine_busy_s=sum(s.get("generate", 0.0) for s in self._seconds.values()),
-                            requeued=batch.requeued)
+                            requeued=batch.requeued, replicas=dict(sorted(batch.by_replica.items())))
 
 
 def _total(stats: list[SyncStats]) -> SyncStats:

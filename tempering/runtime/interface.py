@@ -4,7 +4,7 @@ record, and the deadline loop of a bounded queue.
 `runtime.local` (processes on this machine) and `runtime.ray` (actors on a cluster) implement
 the same interface on top of these: `queue(maxsize)` gives a bounded queue whose waits have
 deadlines, `event(name)` an event workers can set and wait for, `spawn(name, target, *args,
-resources=...)` a worker with `check`, `started`, `alive` and `join`, and `put_blob(obj)` a
+resources=...)` a worker with `check`, `started`, `placed`, `alive` and `join`, and `put_blob(obj)` a
 snapshot of an object (a state dict's tensors kept out of pickles) that any worker can `get`;
 `host` is the address at which workers reach the process that holds the runtime (for a
 rendezvous such as the trainer ranks'), and `remote` whether queue calls cross the network.

@@ -44,6 +44,9 @@ class Worker:
         """Where the worker runs: here (the process exists once `spawn` returns)."""
         return "local"
 
+    def placed(self) -> bool:
+        return True
+
     def alive(self) -> bool:
         return self.process.is_alive()
 

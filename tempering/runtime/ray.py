@@ -133,6 +133,10 @@ class RayWorker:
             self._node = _answer(self._where, self._call, self.name)
         return self._node
 
+    def placed(self) -> bool:
+        """Whether the worker runs on a node now (its `started` answers at once); never waits."""
+        return self._node is not None or _ready(self._where)
+
     def alive(self) -> bool:
         return not _ready(self._run)
 

@@ -136,7 +136,7 @@ def test_events_cross_workers(runtime):
 def test_a_worker_consumes_one_queue_and_produces_to_another(runtime):
     inbox, outbox = runtime.queue(2, "inbox"), runtime.queue(2, "outbox")
     relay = runtime.spawn("relay", _relay, inbox, outbox)
-    assert isinstance(relay.started(LONG), str)
+    assert isinstance(relay.started(LONG), str) and relay.placed()
     results = []
     for item in [1, 2, 3, 4, 5, None]:  # more than both queues hold: taking results as they come
         inbox.put(item, LONG, "relay's inbox")

@@ -72,12 +72,14 @@ def test_a_placement_group_reserves_slots_on_every_node(cluster):
     outside = rt.spawn("outsider", _report_node, rt.queue(1), resources=Resources(cpus=0, custom={"slot": 1}))
     with pytest.raises(Stall, match=r"worker outsider: not placed within 1 s; it asks for \{'CPU': 0, 'slot': 1\}"):
         outside.started(1)
+    assert not outside.placed()  # a look that never waits
     with pytest.raises(ValueError, match="fits no bundle of placement group sandbox-slots"):
         rt.spawn("too big", _report_node, None, resources=Resources(cpus=1, group=group, bundle=0))
     for w in in_group:
         w.join(LONG)
     rt.release(group)
     assert outside.started(LONG) in {n.node_id for n in cluster.nodes.values()}  # the slots came back
+    assert outside.placed()
     outside.join(LONG)
 
 
