@@ -11,7 +11,7 @@ dense's mean entropy: a random-init model's are nearly flat, so top-1 flips on t
 `--probes` prompt prefixes spread over the prompt's second half (each prefix is prefilled on top
 of the one before through the prefix cache). Dense is skipped above `--dense-max` tokens.
 
-    python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--block 64] [--threads 2]
+    python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--rest-group 16] [--block 64] [--threads 2]
         [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE] [--probe-at FILE]]
 
 A trained model for `--model`: `bench/long_context_model.py` trains one here (its folder's
@@ -49,7 +49,7 @@ def rss_gib() -> float:
 
 def engine(model, length: int, args, sparse: bool) -> LLM:
     options = {"sparse_topk": args.topk, "sparse_sink_blocks": args.sinks, "sparse_local_blocks": args.local,
-               "kv_dtype": args.kv_dtype, "kv_offload_dir": args.offload_dir} if sparse else {}
+               "sparse_rest_group": args.rest_group, "kv_dtype": args.kv_dtype, "kv_offload_dir": args.offload_dir} if sparse else {}
     return LLM(model, max_seq_len=length + NEW_TOKENS + args.block, block_size=args.block, max_batch_size=1,
                max_batched_tokens=args.chunk, **options)
 
@@ -108,9 +108,12 @@ def main() -> None:
     ap.add_argument("--topk", type=int, default=16)
     ap.add_argument("--sinks", type=int, default=1)
     ap.add_argument("--local", type=int, default=2)
+    ap.add_argument("--rest-group", type=int, default=16, help="engine.sparse_rest_group: unread blocks attended "
+                    "as one mean key per this many blocks (0: left out)")
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--chunk", type=int, default=2048, help="max_batched_tokens: the prefill chunk")
-    ap.add_argument("--probes", type=int, default=32)
+    # 128: agreement is a rate; over 32 probes one flip is 3%, too coarse to tell 97% from 99%
+    ap.add_argument("--probes", type=int, default=128)
     ap.add_argument("--probe-at", default="", help="a JSON list of prompt positions to probe instead (those in "
                     "the prompt's second half, at most --probes): the next-token distributions after prompt[:p], "
                     "and each mode's accuracy on prompt[p], e.g. the asks.json of bench/long_context_model.py's "
@@ -148,6 +151,7 @@ def main() -> None:
     report: dict = {"model": {"parameters": sum(p.numel() for p in model.parameters()), "threads": args.threads,
                               "path": args.model or None, "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
                     "sparse": {"topk": args.topk, "sinks": args.sinks, "local": args.local, "block": args.block,
+                               "rest_group": args.rest_group,
                                "kv_dtype": args.kv_dtype, "offload": bool(args.offload_dir)},
                     "lengths": {}}
     text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []

@@ -112,6 +112,9 @@ class EngineConfig:
     sparse_sink_blocks: int = 1
     sparse_local_blocks: int = 2
     sparse_layers: tuple[int, ...] = ()  # the layers that attend sparsely; () = every layer
+    # the blocks a row does not read count as one mean key and value per this many consecutive
+    # blocks, weighted by their number (spread attention keeps its mass); 0 = left out
+    sparse_rest_group: int = 16
     request_timeout_s: float = 600.0  # the server's deadline for one request
     max_request_sequences: int = 256  # the server refuses requests asking for more (prompts x n)
 
@@ -134,6 +137,8 @@ class EngineConfig:
         _require(self.sparse_sink_blocks >= 0, "engine.sparse_sink_blocks", "an integer >= 0", self.sparse_sink_blocks)
         _require(self.sparse_local_blocks >= 1, "engine.sparse_local_blocks", "an integer >= 1 (the row's own block)",
                  self.sparse_local_blocks)
+        _require(self.sparse_rest_group >= 0, "engine.sparse_rest_group", "an integer >= 0 (0 = unread blocks left out)",
+                 self.sparse_rest_group)
         _require(not (self.sparse_topk and self.sliding_window), "engine.sparse_topk",
                  "0 with a sliding_window (one or the other bounds what a query reads)", self.sparse_topk)
         _require(all(layer >= 0 for layer in self.sparse_layers), "engine.sparse_layers", "layer indices >= 0",

@@ -7,7 +7,8 @@ gathering slot-major rows is about 3x cheaper than head-major ones, and attentio
 gathered view is cheaper too). With `dtype="int8"` values are stored quantized with per-token
 scales (see kv_quant) and dequantized on gather. With `summaries`, it keeps each block's
 elementwise min and max key per layer as keys are written (block-sparse attention scores blocks
-by them, `sparse`). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
+by them, `sparse`), and the float32 sums of its keys and of its values (the blocks a row does
+not read are attended through their means). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
 step did not touch leave memory after it (`kv_offload`). This module knows nothing of sequences.
 """
 
@@ -58,6 +59,8 @@ class KVPool:
                           for _ in range(layers)]
             self.k_max = [torch.full((num_blocks, kv_heads, head_dim), -torch.inf, dtype=model_dtype, **on)
                           for _ in range(layers)]
+            self.k_sum, self.v_sum = ([torch.zeros(num_blocks, kv_heads, head_dim, **on) for _ in range(layers)]
+                                      for _ in range(2))
         empty = torch.empty(0, dtype=model_dtype, **on)
         self._bufs = [(empty, empty), (empty, empty)]
 
@@ -73,18 +76,19 @@ class KVPool:
         """slots [N]; k, v [N, kv_heads, head_dim]."""
         if self.offload is not None:
             self.offload.touch(layer, torch.div(slots, self.block_size, rounding_mode="floor"), write=True)
-        if self.summarised:
-            self._summarise(layer, slots, k)
         if self.quantized:
-            qk, sk = quantize(k)
-            qv, sv = quantize(v)
+            (qk, sk), (qv, sv) = quantize(k), quantize(v)
             self.k[layer].index_copy_(0, slots, qk)
             self.v[layer].index_copy_(0, slots, qv)
             self.k_scale[layer].index_copy_(0, slots, sk)
             self.v_scale[layer].index_copy_(0, slots, sv)
+            if self.summarised:  # the sums are of what is stored (as a fork's copy recomputes them)
+                k, v = dequantize(qk, sk), dequantize(qv, sv)
         else:
             self.k[layer].index_copy_(0, slots, k)
             self.v[layer].index_copy_(0, slots, v)
+        if self.summarised:
+            self._summarise(layer, slots, k, v)
 
     def gather(self, layer: int, index: torch.Tensor, buffer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """index [M] slots -> k, v [M, kv_heads, head_dim] in the model's dtype, valid until the next gather
@@ -107,16 +111,20 @@ class KVPool:
         dequantize(self.v[layer].index_select(0, index), self.v_scale[layer].index_select(0, index), out=bv)
         return bk, bv
 
-    def _summarise(self, layer: int, slots: torch.Tensor, k: torch.Tensor) -> None:
-        """Fold the keys written into their blocks' min and max; a block written at its first
-        slot starts over (it was free, and may hold another sequence's summary)."""
+    def _summarise(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Fold the keys and values written into their blocks' min, max and sums; a block written
+        at its first slot starts over (it was free, and may hold another sequence's summary)."""
         blocks = torch.div(slots, self.block_size, rounding_mode="floor")
         fresh = blocks[slots % self.block_size == 0]
         self.k_min[layer].index_fill_(0, fresh, torch.inf)
         self.k_max[layer].index_fill_(0, fresh, -torch.inf)
+        self.k_sum[layer].index_fill_(0, fresh, 0.0)
+        self.v_sum[layer].index_fill_(0, fresh, 0.0)
         index = blocks[:, None, None].expand_as(k)
         self.k_min[layer].scatter_reduce_(0, index, k, "amin")
         self.k_max[layer].scatter_reduce_(0, index, k, "amax")
+        self.k_sum[layer].index_add_(0, blocks, k.float())
+        self.v_sum[layer].index_add_(0, blocks, v.float())
 
     def copy_block(self, src: int, dst: int, count: int) -> None:
         """Copy the first `count` slots of block `src` into block `dst` in every layer (fork)."""
@@ -127,12 +135,18 @@ class KVPool:
                 self.offload.prefetch(layer, torch.tensor([src], device=self.device))
                 self.offload.touch(layer, torch.tensor([dst], device=self.device), write=True)
         tensors = [self.k, self.v] + ([self.k_scale, self.v_scale] if self.quantized else [])
-        if self.summarised:  # src's summary covers the copied keys (and maybe more: a looser bound)
+        if self.summarised:  # src's min and max cover the copied keys (and maybe more: a looser bound)
             for lo, hi in zip(self.k_min, self.k_max):
                 lo[dst], hi[dst] = lo[src], hi[src]
         for per_layer in tensors:
             for t in per_layer:
                 t[b] = t[a]
+        if self.summarised:  # sums must be exact: of the copied slots only
+            for layer in range(len(self.k)):
+                k, v = self.k[layer][b].float(), self.v[layer][b].float()
+                if self.quantized:
+                    k, v = k * self.k_scale[layer][b], v * self.v_scale[layer][b]
+                self.k_sum[layer][dst], self.v_sum[layer][dst] = k.sum(0), v.sum(0)
 
     def stored(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values of `layer` as stored (the whole tensors, for attention that reads

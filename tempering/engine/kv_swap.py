@@ -1,7 +1,7 @@
 """`SwapSpace`: a bounded host-side store for the KV blocks of sequences preempted by swap.
 
 It mirrors the `KVPool`'s per-layer tensors (keys and values; their int8 scales when the pool is
-quantized; each block's min/max key when the pool keeps block summaries) for a fixed number of
+quantized; each block's min/max key and key and value sums when the pool keeps block summaries) for a fixed number of
 blocks, on the CPU (pinned when the pool is on a GPU). `swap_out` copies whole pool blocks into
 free host blocks, `swap_in` copies host blocks back into (other) pool blocks and frees them. Copies are by slot ranges of the pool's slot-major layout
 (slot = block * block_size + offset), read straight from the pool's tensors.
@@ -40,7 +40,7 @@ class SwapSpace:
 
     def _pool_per_block(self) -> list[list[torch.Tensor]]:
         p = self.pool
-        return [p.k_min, p.k_max] if p.summarised else []
+        return [p.k_min, p.k_max, p.k_sum, p.v_sum] if p.summarised else []
 
     @staticmethod
     def _mirror(per_layer: list[torch.Tensor], rows: int, pin: bool) -> list[torch.Tensor]:

@@ -58,7 +58,7 @@ def _tensor_groups(pool: KVPool) -> list[list]:
     if pool.quantized:
         groups += [pool.k_scale, pool.v_scale]
     if pool.summarised:
-        groups += [pool.k_min, pool.k_max]
+        groups += [pool.k_min, pool.k_max, pool.k_sum, pool.v_sum]
     return groups
 
 

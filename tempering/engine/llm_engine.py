@@ -64,7 +64,8 @@ class LLM:
         bad = [layer for layer in cfg.sparse_layers if layer >= arch.num_hidden_layers]
         if bad:
             raise ValueError(f"LLM: sparse_layers {bad} are not layers of a {arch.num_hidden_layers}-layer model")
-        sparse = SparseSpec(cfg.sparse_topk, cfg.sparse_sink_blocks, cfg.sparse_local_blocks) if cfg.sparse_topk else None
+        sparse = (SparseSpec(cfg.sparse_topk, cfg.sparse_sink_blocks, cfg.sparse_local_blocks, cfg.sparse_rest_group)
+                  if cfg.sparse_topk else None)
         self.pool = KVPool(arch.num_hidden_layers, num_blocks, cfg.block_size, arch.num_key_value_heads,
                            arch.head_dim, cfg.kv_dtype, weight.device, weight.dtype, summaries=sparse is not None,
                            offload_dir=cfg.kv_offload_dir or None)

@@ -11,7 +11,18 @@ first), local blocks (the one holding its last query and those before it) and to
 with the causal mask; a row whose context has no more blocks than that union reads all of them,
 so with `topk` covering every block this is dense attention (a test). Reading costs
 `(sinks + local + topk) * block_size` keys per row at any length; scoring costs one bound per
-block, `1 / block_size` of dense attention's q . k work. Decode rows read their selected blocks
+block, `1 / block_size` of dense attention's q . k work.
+
+The blocks a row does not read are not dropped (with `rest_group` > 0): in groups of
+`rest_group` consecutive blocks of its sequence, each group's unread keys and values count as
+one key, their mean, with the weight of their number (a log-count bias), as NSA's compressed
+branch does with learned pooling. Where attention is spread (scores alike within a group) this
+is the exact softmax mass of the unread keys to first order, so a diffuse head keeps its
+average over the whole context; where it is peaked, the top-k hold the mass and the rest adds
+little (its weight is a lower bound on the unread keys' mass, by Jensen). The means come from
+the pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks, from
+prefix sums over the sequence's table, less the blocks it reads. It costs one key per group,
+`1 / (block_size * rest_group)` of dense attention's work per query. Decode rows read their selected blocks
 straight from a float32 or int8 pool on the CPU (`paged_decode`); elsewhere an int8 pool's blocks
 are read as stored for long decode reads (`int8_attention.use`), not dequantized.
 
@@ -30,11 +41,16 @@ from tempering.engine import int8_attention, paged_decode
 from tempering.engine.kv_cache import KVPool
 
 
+# SDPA's CPU kernel that also returns the log-sum-exp (merging with the group means needs it)
+_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
 @dataclass(frozen=True)
 class SparseSpec:
     topk: int  # blocks chosen by score per row
     sinks: int = 1  # the sequence's first blocks, always read
     local: int = 2  # the row's own block and those just before it, always read
+    rest_group: int = 0  # > 0: unread blocks attended as one mean key per this many blocks; 0: dropped
 
     @property
     def blocks(self) -> int:
@@ -70,7 +86,7 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
         # summed over a kv head's query heads first: sum_x sum_d q_xd k_d = sum_d (sum_x q_xd) k_d
         top = qf.clamp(min=0).masked_fill(~real, 0).amax(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
         bottom = qf.clamp(max=0).masked_fill(~real, 0).amin(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
-        if r > 1 and bool((rows.tables == rows.tables[0]).all()):
+        if _shared(rows):
             # the query blocks of one prefill chunk share their sequence's table: one [W, KVH * D]
             # summary for all rows, not a copy per row (R times the bytes, quadratic in length)
             lo, hi = (t[layer][rows.tables[0]].float().view(width, -1) for t in (pool.k_min, pool.k_max))
@@ -87,12 +103,14 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
 
 def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows) -> torch.Tensor:
     """q [H, N, D] (the step's queries) -> [R, Q, H, D]: each row's queries attended over the
-    blocks `select` picks for it (padding rows of Q are garbage, never read back)."""
+    blocks `select` picks for it, and the rest of its blocks as their group means (`rest`)
+    (padding rows of Q are garbage, never read back)."""
     heads, _, d = q.shape
     bs, kvh = pool.block_size, pool.kv_heads
     taken = rows.tokens.clamp(min=0)
     qr = q[:, taken].permute(1, 0, 2, 3)  # [R, H, Q, D]
     chosen = select(spec, pool, layer, qr.transpose(1, 2), rows)  # [R, S]
+    unread = rest(spec, pool, layer, rows, chosen)
     r, s = chosen.shape
     block = rows.tables.gather(1, chosen.clamp(min=0))  # pool block ids
     offsets = torch.arange(bs, device=q.device)
@@ -106,10 +124,12 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     mask[:, :, 0] |= rows.positions < 0  # a padding query sees one key (its output is dropped)
     rep, nq = heads // kvh, qr.shape[2]
     if nq == 1 and paged_decode.use(pool):  # decode rows: masked slots are skipped, never read
-        out, _ = paged_decode.attend(pool, layer, qr.reshape(r, kvh, rep, d), slots, mask[:, 0])
-        return out.view(r, 1, heads, d)
+        out, lse = paged_decode.attend(pool, layer, qr.reshape(r, kvh, rep, d), slots, mask[:, 0])
+        out, lse = out.view(r, heads, 1, d), lse.view(r, heads, 1)
+        return (out if unread is None else _merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
     if int8_attention.use(pool, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
-        return int8_attention.attend(pool, layer, qr, slots, mask).transpose(1, 2)
+        out, lse = int8_attention.attend(pool, layer, qr, slots, mask, lse=True)
+        return (out if unread is None else _merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
     kk, vv = pool.gather(layer, slots.reshape(-1))
     zero = ~written.reshape(-1, 1, 1)
     kk = kk.masked_fill_(zero, 0).view(r, s * bs, kvh, d).transpose(1, 2)  # in place: the pool's gather buffer
@@ -118,5 +138,82 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     # once per query head): [R, KVH, rep * Q, D] against [R, KVH, K, D], the mask repeated.
     grouped = qr.reshape(r, kvh, rep * nq, d)
     mask = mask[:, None].expand(r, rep, nq, mask.shape[-1]).reshape(r, 1, rep * nq, -1)
-    out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)
+    bias = torch.where(mask, 0.0, -torch.inf).to(q.dtype)  # measured: SDPA runs faster with it than with bool
+    if unread is None:
+        out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias)
+    elif _FLASH_WITH_LSE is not None and q.device.type == "cpu":  # with its log-sum-exp: merged after
+        out, lse = _FLASH_WITH_LSE(grouped, kk, vv, attn_mask=bias)[:2]
+        mine, theirs = _attend_rest(qr, unread)
+        out = _merge(out.reshape(r, heads, nq, d), lse.reshape(r, heads, nq), mine, theirs)
+    else:  # the group means as more keys, weighted by their counts through the mask
+        kk = torch.cat([kk, unread.keys.to(kk.dtype)], 2)
+        vv = torch.cat([vv, unread.values.to(vv.dtype)], 2)
+        mask = torch.cat([bias, unread.bias[:, None, None, :].to(q.dtype).expand(r, 1, rep * nq, -1)], 3)
+        out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)
     return out.view(r, heads, nq, d).transpose(1, 2)  # [R, Q, H, D]
+
+
+@dataclass
+class Rest:
+    """Each row's unread blocks, per group of `SparseSpec.rest_group` blocks, as one key."""
+    keys: torch.Tensor  # [R, KVH, G, D] the unread keys' mean (float32)
+    values: torch.Tensor  # [R, KVH, G, D] the unread values' mean
+    bias: torch.Tensor  # [R, G] log of how many keys the mean stands for; -inf where none
+
+
+def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: torch.Tensor) -> Rest | None:
+    """The blocks of each row's context not in `chosen` [R, S], grouped; None when there are
+    none to group (`rest_group` 0, or every row reads all its blocks). Unread blocks lie before
+    all of the row's queries (they are neither its local blocks nor past them), so each is whole
+    and visible to every query of the row."""
+    r, s = chosen.shape
+    width, g = rows.tables.shape[1], spec.rest_group
+    if g == 0 or width <= s:
+        return None
+    kvh, d = pool.kv_heads, pool.head_dim
+    groups = -(-width // g)
+    sums_of = (pool.k_sum[layer], pool.v_sum[layer])
+    # each row's groups end at its own last block: [R, groups + 1] block edges
+    edges = (torch.arange(groups + 1, device=chosen.device) * g)[None].clamp(max=rows.num_blocks[:, None])
+    if _shared(rows):  # a prefill chunk's rows: prefix sums over the one table (float64: a group is a difference)
+        blocks = torch.cat([t[rows.tables[0]].view(width, -1) for t in sums_of], 1)  # [W, 2 KVH D]
+        prefix = F.pad(blocks.double().cumsum(0), (0, 0, 1, 0))
+        sums = (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]).float()  # [R, groups, 2 KVH D]
+        blocks = blocks[None].expand(r, width, blocks.shape[1])
+    else:
+        blocks = torch.cat([t[rows.tables].view(r, width, -1) for t in sums_of], 2)  # [R, W, 2 KVH D]
+        valid = torch.arange(width, device=chosen.device)[None] < rows.num_blocks[:, None]
+        sums = F.pad(blocks * valid[..., None], (0, 0, 0, groups * g - width)).view(r, groups, g, -1).sum(2)
+    count = (edges[:, 1:] - edges[:, :-1]).float()  # blocks per group
+    read, at = chosen >= 0, chosen.clamp(min=0)
+    picked = blocks.gather(1, at[..., None].expand(r, s, blocks.shape[2])) * read[..., None]
+    sums.scatter_add_(1, (at // g)[..., None].expand_as(picked), -picked)
+    count.scatter_add_(1, at // g, -read.float())
+    keys = count * pool.block_size
+    mean = sums / keys.clamp(min=1)[..., None]
+    k, v = (m.reshape(r, groups, kvh, d).transpose(1, 2) for m in mean.split(kvh * d, -1))
+    return Rest(k, v, torch.where(count > 0, keys.log(), -torch.inf))
+
+
+def _attend_rest(qr: torch.Tensor, unread: Rest) -> tuple[torch.Tensor, torch.Tensor]:
+    """qr [R, H, Q, D] over the group means -> the output [R, H, Q, D] (float32) and the
+    log-sum-exp of the scaled, biased scores [R, H, Q] (-inf where a row has none)."""
+    r, heads, nq, d = qr.shape
+    kvh = unread.keys.shape[1]
+    scores = qr.float().reshape(r, kvh, heads // kvh * nq, d) @ unread.keys.transpose(2, 3) * d ** -0.5
+    scores += unread.bias[:, None, None, :]
+    lse = scores.logsumexp(-1)
+    weights = (scores - torch.where(torch.isfinite(lse), lse, 0)[..., None]).exp_()  # all 0 where none
+    return (weights @ unread.values).view(r, heads, nq, d), lse.view(r, heads, nq)
+
+
+def _merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
+    """Softmax attention over two sets of keys from each set's output and log-sum-exp (l1 finite)."""
+    top = torch.maximum(l1, l2)
+    w1, w2 = (l1 - top).exp_()[..., None], (l2 - top).exp_()[..., None]
+    return ((o1.float() * w1 + o2 * w2) / (w1 + w2)).to(o1.dtype)
+
+
+def _shared(rows: SparseRows) -> bool:
+    """Whether all rows (more than one) read one table: the query blocks of one prefill chunk."""
+    return rows.tables.shape[0] > 1 and bool((rows.tables == rows.tables[0]).all())

@@ -5,6 +5,7 @@ blocks, and the top-k are the blocks whose keys match its query."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine_helpers import ARCH, random_prompts
 from tempering.engine import LLM, SamplingParams
@@ -117,3 +118,71 @@ def test_sparse_settings_are_checked():
 def test_sparse_layers_outside_the_model_are_refused(model):
     with pytest.raises(ValueError, match=r"sparse_layers \[5\] are not layers of a 2-layer model"):
         LLM(model, sparse_topk=2, sparse_layers=(5,))
+
+
+# kernel: decode rows through paged_decode; sdpa: gather + SDPA's CPU kernel with its log-sum-exp;
+# concat: gather + SDPA with the group means as more keys (devices without that kernel)
+PATHS = [("fp32", "kernel"), ("fp32", "sdpa"), ("fp32", "concat"), ("int8", "kernel"), ("int8", "int8_attention"),
+         ("int8", "sdpa")]
+
+
+@pytest.mark.parametrize("kv_dtype,path", PATHS, ids=[f"{a}-{b}" for a, b in PATHS])
+def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_means(kv_dtype, path, monkeypatch):
+    """Oracle: dense attention. Keys equal within each group of `rest_group` blocks (values all
+    different) make a group's mean key with its count's weight exact: the sparse rows, reading a
+    few blocks and the rest as group means, then equal dense attention, for a decode row (its own
+    table) and the query blocks of a prefill chunk (one shared table). Without the means they
+    do not."""
+    from tempering.engine import int8_attention, paged_decode, sparse
+    from tempering.engine.sparse import attend
+
+    if path == "concat":
+        monkeypatch.setattr(sparse, "_FLASH_WITH_LSE", None)
+
+    monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
+    monkeypatch.setattr(int8_attention, "MODE", "always" if path == "int8_attention" else "never")
+    bs, kvh, heads, d, blocks, group = 4, 2, 4, 8, 26, 4
+    g = torch.Generator().manual_seed(3)
+    pool = KVPool(layers=1, num_blocks=32, block_size=bs, kv_heads=kvh, head_dim=d, dtype=kv_dtype, summaries=True)
+    table = torch.randperm(32, generator=g)[:blocks]
+    length = blocks * bs - 2  # the last block is partial
+    slots = (table[:, None] * bs + torch.arange(bs)).reshape(-1)[:length]
+    per_group = torch.randn(-(-blocks // group), kvh, d, generator=g)
+    keys = per_group.repeat_interleave(group * bs, 0)[:length]
+    values = torch.randn(length, kvh, d, generator=g)
+    pool.write(0, slots, keys, values)
+    k_all, v_all = (t.clone() for t in pool.gather(0, slots))  # as stored (int8: dequantized)
+
+    def dense(q, positions):  # q [N, H, D] at `positions` [N]
+        mask = torch.arange(length)[None] <= positions[:, None]  # [N, K]
+        rep = heads // kvh
+        kk, vv = (t.repeat_interleave(rep, 1).transpose(0, 1) for t in (k_all, v_all))  # [H, K, D]
+        return F.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, attn_mask=mask).transpose(0, 1)
+
+    q = torch.randn(heads, 12, d, generator=g)
+    decode = SparseRows(tokens=torch.tensor([[0]]), positions=torch.tensor([[length - 1]]), tables=table[None],
+                        num_blocks=torch.tensor([blocks]))
+    # the chunk's last 10 queries: rows of whole blocks, the last ending in padding
+    positions = torch.arange(length - 10, length)
+    tokens = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, -1, -1]])
+    chunk = SparseRows(tokens=tokens, positions=torch.cat([positions, torch.tensor([-1, -1])]).view(3, 4),
+                       tables=table.expand(3, blocks), num_blocks=torch.tensor([blocks - 2, blocks - 1, blocks]))
+    for rows, at in ((decode, positions[-1:]), (chunk, positions)):
+        want = dense(q[:, :len(at)].transpose(0, 1), at)  # [N, H, D]
+        for rest_group, equal in ((group, True), (0, False)):
+            spec = SparseSpec(topk=2, sinks=1, local=2, rest_group=rest_group)
+            got = attend(spec, pool, 0, q[:, :len(at)], rows)  # [R, Q, H, D]
+            got = got[rows.tokens >= 0]
+            close = torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+            assert close == equal, (rows is decode, rest_group, (got - want).abs().max())
+
+
+def test_a_forked_partial_block_sums_only_the_slots_copied():
+    pool = KVPool(layers=2, num_blocks=4, block_size=4, kv_heads=1, head_dim=3, summaries=True)
+    k, v = torch.randn(4, 1, 3), torch.randn(4, 1, 3)
+    pool.write(1, torch.arange(4), k, v)
+    pool.copy_block(0, 2, 3)  # a fork of a sequence whose last block holds 3 tokens
+    torch.testing.assert_close(pool.k_sum[1][2], k[:3].sum(0))
+    torch.testing.assert_close(pool.v_sum[1][2], v[:3].sum(0))
+    pool.write(1, torch.tensor([11]), k[3:], 2 * v[3:])  # the fork's own 4th token
+    torch.testing.assert_close(pool.v_sum[1][2], v[:3].sum(0) + 2 * v[3])
