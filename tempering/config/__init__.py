@@ -113,7 +113,7 @@ class EngineConfig:
     sparse_local_blocks: int = 2
     sparse_layers: tuple[int, ...] = ()  # the layers that attend sparsely; () = every layer
     # the blocks a row does not read count as one mean key and value per this many consecutive
-    # blocks, weighted by their number (spread attention keeps its mass); 0 = left out
+    # blocks (more past 64 groups), weighted by their number (spread attention keeps its mass); 0 = left out
     sparse_rest_group: int = 16
     request_timeout_s: float = 600.0  # the server's deadline for one request
     max_request_sequences: int = 256  # the server refuses requests asking for more (prompts x n)

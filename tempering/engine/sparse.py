@@ -14,17 +14,20 @@ so with `topk` covering every block this is dense attention (a test). Reading co
 block, `1 / block_size` of dense attention's q . k work.
 
 The blocks a row does not read are not dropped (with `rest_group` > 0): in groups of
-`rest_group` consecutive blocks of its sequence, each group's unread keys and values count as
-one key, their mean, with the weight of their number (a log-count bias), as NSA's compressed
-branch does with learned pooling. Where attention is spread (scores alike within a group) this
-is the exact softmax mass of the unread keys to first order, so a diffuse head keeps its
-average over the whole context; where it is peaked, the top-k hold the mass and the rest adds
-little (its weight is a lower bound on the unread keys' mass, by Jensen). The means come from
-the pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks, from
-prefix sums over the sequence's table, less the blocks it reads. It costs one key per group,
-`1 / (block_size * rest_group)` of dense attention's work per query. Decode rows read their selected blocks
-straight from a float32 or int8 pool on the CPU (`paged_decode`); elsewhere an int8 pool's blocks
-are read as stored for long decode reads (`int8_attention.use`), not dequantized.
+`rest_group` consecutive blocks of its sequence (more where that would make over MAX_GROUPS
+groups), each group's unread keys and values count as one key, their mean, with the weight of
+their number (a log-count bias), as NSA's compressed branch does with learned pooling. That is
+the unread keys' softmax mass to first order in their scores' spread, and their values' average;
+what it leaves out is the covariance of their scores with their values. So a diffuse head keeps
+its average over the whole context, and where attention is peaked the top-k hold the mass (the
+means' weight is a lower bound on the unread keys' mass, by Jensen). The means come from the
+pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks, from prefix
+sums over the sequence's table, less the blocks it reads. It costs one key per group, at most
+MAX_GROUPS per query, so a row's cost stays bounded at any length.
+
+Decode rows read their selected blocks straight from a float32 or int8 pool on the CPU
+(`paged_decode`); elsewhere an int8 pool's blocks are read as stored for long decode reads
+(`int8_attention.use`), not dequantized.
 
 It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a
 step (the scheduler).
@@ -43,6 +46,9 @@ from tempering.engine.kv_cache import KVPool
 
 # SDPA's CPU kernel that also returns the log-sum-exp (merging with the group means needs it)
 _FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+MAX_GROUPS = 64  # a row's unread blocks in at most this many groups (bounded cost per query at any length)
 
 
 @dataclass(frozen=True)
@@ -165,34 +171,38 @@ def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: t
     """The blocks of each row's context not in `chosen` [R, S], grouped; None when there are
     none to group (`rest_group` 0, or every row reads all its blocks). Unread blocks lie before
     all of the row's queries (they are neither its local blocks nor past them), so each is whole
-    and visible to every query of the row."""
+    and visible to every query of the row. Groups grow past `rest_group` blocks where a context
+    would have more than MAX_GROUPS of them: a row's cost stays bounded at any length."""
     r, s = chosen.shape
-    width, g = rows.tables.shape[1], spec.rest_group
-    if g == 0 or width <= s:
+    width = rows.tables.shape[1]
+    if spec.rest_group == 0 or width <= s:
         return None
-    kvh, d = pool.kv_heads, pool.head_dim
-    groups = -(-width // g)
-    sums_of = (pool.k_sum[layer], pool.v_sum[layer])
+    g = max(spec.rest_group, -(-width // MAX_GROUPS))
+    groups, dev = -(-width // g), chosen.device
     # each row's groups end at its own last block: [R, groups + 1] block edges
-    edges = (torch.arange(groups + 1, device=chosen.device) * g)[None].clamp(max=rows.num_blocks[:, None])
-    if _shared(rows):  # a prefill chunk's rows: prefix sums over the one table (float64: a group is a difference)
-        blocks = torch.cat([t[rows.tables[0]].view(width, -1) for t in sums_of], 1)  # [W, 2 KVH D]
-        prefix = F.pad(blocks.double().cumsum(0), (0, 0, 1, 0))
-        sums = (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]).float()  # [R, groups, 2 KVH D]
-        blocks = blocks[None].expand(r, width, blocks.shape[1])
-    else:
-        blocks = torch.cat([t[rows.tables].view(r, width, -1) for t in sums_of], 2)  # [R, W, 2 KVH D]
-        valid = torch.arange(width, device=chosen.device)[None] < rows.num_blocks[:, None]
-        sums = F.pad(blocks * valid[..., None], (0, 0, 0, groups * g - width)).view(r, groups, g, -1).sum(2)
+    edges = (torch.arange(groups + 1, device=dev) * g)[None].clamp(max=rows.num_blocks[:, None])
     count = (edges[:, 1:] - edges[:, :-1]).float()  # blocks per group
     read, at = chosen >= 0, chosen.clamp(min=0)
-    picked = blocks.gather(1, at[..., None].expand(r, s, blocks.shape[2])) * read[..., None]
-    sums.scatter_add_(1, (at // g)[..., None].expand_as(picked), -picked)
-    count.scatter_add_(1, at // g, -read.float())
-    keys = count * pool.block_size
-    mean = sums / keys.clamp(min=1)[..., None]
-    k, v = (m.reshape(r, groups, kvh, d).transpose(1, 2) for m in mean.split(kvh * d, -1))
-    return Rest(k, v, torch.where(count > 0, keys.log(), -torch.inf))
+    count.scatter_add_(1, at // g, -read.float())  # the chosen blocks are read exactly: not in their group
+    shared = _shared(rows)
+    if not shared:  # each valid block into its row's group; the others into one spare group, dropped
+        valid = torch.arange(width, device=dev)[None] < rows.num_blocks[:, None]
+        into = torch.where(valid, torch.arange(r, device=dev)[:, None] * groups + torch.arange(width, device=dev) // g,
+                           r * groups).view(-1)
+    means = []
+    for t in (pool.k_sum[layer], pool.v_sum[layer]):
+        per_block = t.view(t.shape[0], -1)  # [pool blocks, KVH * D]
+        if shared:  # a prefill chunk's rows: prefix sums over the one table (float64: a group is a difference)
+            prefix = F.pad(per_block[rows.tables[0]].double().cumsum(0), (0, 0, 1, 0))
+            sums = (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]).float()  # [R, groups, KVH * D]
+        else:
+            sums = per_block.new_zeros(r * groups + 1, per_block.shape[1])
+            sums = sums.index_add_(0, into, per_block[rows.tables.view(-1)])[:-1].view(r, groups, -1)
+        picked = per_block[rows.tables.gather(1, at)] * read[..., None]  # [R, S, KVH * D]
+        sums.scatter_add_(1, (at // g)[..., None].expand_as(picked), -picked)
+        means.append(sums.div_((count * pool.block_size).clamp(min=1)[..., None]))
+    k, v = (m.view(r, groups, pool.kv_heads, pool.head_dim).transpose(1, 2) for m in means)
+    return Rest(k, v, torch.where(count > 0, (count * pool.block_size).log(), -torch.inf))
 
 
 def _attend_rest(qr: torch.Tensor, unread: Rest) -> tuple[torch.Tensor, torch.Tensor]:

@@ -113,6 +113,8 @@ def test_sparse_settings_are_checked():
         LLM(torch.nn.Module(), sparse_topk=2, sliding_window=16)
     with pytest.raises(ConfigError, match="engine.sparse_local_blocks"):
         LLM(torch.nn.Module(), sparse_topk=2, sparse_local_blocks=0)
+    with pytest.raises(ConfigError, match="engine.sparse_rest_group"):
+        LLM(torch.nn.Module(), sparse_topk=2, sparse_rest_group=-1)
 
 
 def test_sparse_layers_outside_the_model_are_refused(model):
@@ -134,14 +136,29 @@ def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_m
     table) and the query blocks of a prefill chunk (one shared table). Without the means they
     do not."""
     from tempering.engine import int8_attention, paged_decode, sparse
-    from tempering.engine.sparse import attend
 
     if path == "concat":
         monkeypatch.setattr(sparse, "_FLASH_WITH_LSE", None)
 
     monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
     monkeypatch.setattr(int8_attention, "MODE", "always" if path == "int8_attention" else "never")
-    bs, kvh, heads, d, blocks, group = 4, 2, 4, 8, 26, 4
+    _means_are_exact(kv_dtype, group=4, rest_group=4)
+
+
+def test_groups_grow_to_keep_their_number_bounded(monkeypatch):
+    """26 blocks in at most 3 groups: groups of 9 blocks, whatever `rest_group` says; keys alike
+    within 9 blocks make their means exact, keys alike only within 4 then do not."""
+    from tempering.engine import sparse
+
+    monkeypatch.setattr(sparse, "MAX_GROUPS", 3)
+    _means_are_exact("fp32", group=9, rest_group=4)
+    _means_are_exact("fp32", group=4, rest_group=4, exact=False)
+
+
+def _means_are_exact(kv_dtype: str, group: int, rest_group: int, exact: bool = True) -> None:
+    from tempering.engine.sparse import attend
+
+    bs, kvh, heads, d, blocks = 4, 2, 4, 8, 26
     g = torch.Generator().manual_seed(3)
     pool = KVPool(layers=1, num_blocks=32, block_size=bs, kv_heads=kvh, head_dim=d, dtype=kv_dtype, summaries=True)
     table = torch.randperm(32, generator=g)[:blocks]
@@ -169,12 +186,12 @@ def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_m
                        tables=table.expand(3, blocks), num_blocks=torch.tensor([blocks - 2, blocks - 1, blocks]))
     for rows, at in ((decode, positions[-1:]), (chunk, positions)):
         want = dense(q[:, :len(at)].transpose(0, 1), at)  # [N, H, D]
-        for rest_group, equal in ((group, True), (0, False)):
-            spec = SparseSpec(topk=2, sinks=1, local=2, rest_group=rest_group)
+        for means, equal in ((rest_group, exact), (0, False)):
+            spec = SparseSpec(topk=2, sinks=1, local=2, rest_group=means)
             got = attend(spec, pool, 0, q[:, :len(at)], rows)  # [R, Q, H, D]
             got = got[rows.tokens >= 0]
             close = torch.allclose(got, want, atol=1e-5, rtol=1e-4)
-            assert close == equal, (rows is decode, rest_group, (got - want).abs().max())
+            assert close == equal, (rows is decode, means, (got - want).abs().max())
 
 
 def test_a_forked_partial_block_sums_only_the_slots_copied():
