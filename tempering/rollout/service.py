@@ -203,6 +203,8 @@ class RolloutService:
                   f"({len(self.replicas.live)} of at most {self.max_replicas} replicas)", file=sys.stderr, flush=True)
         elif now - replica.spawned > GROW_PLACE_S:
             self.replicas.drop(replica, wait=0)  # its target never began: nothing to wait for
+            print(f"[tempering] warning: rollout replica {replica.name} was not placed within {GROW_PLACE_S:g} s; "
+                  f"given up (another starts while the cluster has room)", file=sys.stderr, flush=True)
 
     def _add(self) -> str:
         return self._register(self.replicas.start())
