@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from tempering.engine import int8_attention, paged_decode, sparse
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.partial_attention import FLASH_WITH_LSE, merge
 from tempering.engine.sparse import SparseRows, SparseSpec
 
 
@@ -73,12 +74,10 @@ class StepMeta:
     sparse_decode: SparseRows | None = None  # the decode rows, in the engine's sparse layers
 
 
-# Returns the log-sum-exp with the output, which merging attention over split keys needs.
-_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 def cascade_available() -> bool:
-    return _FLASH_WITH_LSE is not None
+    return FLASH_WITH_LSE is not None
 
 
 @functools.lru_cache(maxsize=2)
@@ -180,7 +179,7 @@ class PagedAttention:
                 o = F.scaled_dot_product_attention(rows, kk, vv, attn_mask=bk.mask)
                 out[bk.lo: bk.hi] = o.reshape(-1, heads, d)
             else:
-                o, l = _FLASH_WITH_LSE(rows, kk, vv, attn_mask=bk.bias)
+                o, l = FLASH_WITH_LSE(rows, kk, vv, attn_mask=bk.bias)
                 out[bk.lo: bk.hi] = o.reshape(-1, heads, d)
                 lse[bk.lo: bk.hi] = l
         if lse is not None:
@@ -198,13 +197,10 @@ class PagedAttention:
                 o1, l1 = int8_attention.attend(self.pool, layer, qg, sp.index[None], lse=True)
             else:
                 kp, vp = self.pool.gather(layer, sp.index, buffer=1)
-                o1, l1 = _FLASH_WITH_LSE(qg, kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0))
+                o1, l1 = FLASH_WITH_LSE(qg, kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0))
             o1 = o1.view(kvh, g, rep, d).transpose(0, 1)
             l1 = l1.view(kvh, g, rep).transpose(0, 1)
-            o2, l2 = o.index_select(0, sp.rows), lse.index_select(0, sp.rows)
-            top = torch.maximum(l1, l2)
-            w1, w2 = (l1 - top).exp_(), (l2 - top).exp_()
-            o.index_copy_(0, sp.rows, (o1 * w1[..., None] + o2 * w2[..., None]) / (w1 + w2)[..., None])
+            o.index_copy_(0, sp.rows, merge(o.index_select(0, sp.rows), lse.index_select(0, sp.rows), o1, l1))
 
     def _prefill(self, layer, q, k, v, c: PrefillChunk, gqa: bool) -> torch.Tensor:
         if c.index is None:

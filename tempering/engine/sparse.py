@@ -40,12 +40,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import int8_attention, paged_decode
+from tempering.engine import int8_attention, paged_decode, partial_attention
 from tempering.engine.kv_cache import KVPool
-
-
-# SDPA's CPU kernel that also returns the log-sum-exp (merging with the group means needs it)
-_FLASH_WITH_LSE = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+from tempering.engine.partial_attention import merge
 
 
 MAX_GROUPS = 64  # a row's unread blocks in at most this many groups (bounded cost per query at any length)
@@ -132,10 +129,10 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     if nq == 1 and paged_decode.use(pool):  # decode rows: masked slots are skipped, never read
         out, lse = paged_decode.attend(pool, layer, qr.reshape(r, kvh, rep, d), slots, mask[:, 0])
         out, lse = out.view(r, heads, 1, d), lse.view(r, heads, 1)
-        return (out if unread is None else _merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
+        return (out if unread is None else merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
     if int8_attention.use(pool, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
         out, lse = int8_attention.attend(pool, layer, qr, slots, mask, lse=True)
-        return (out if unread is None else _merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
+        return (out if unread is None else merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
     kk, vv = pool.gather(layer, slots.reshape(-1))
     zero = ~written.reshape(-1, 1, 1)
     kk = kk.masked_fill_(zero, 0).view(r, s * bs, kvh, d).transpose(1, 2)  # in place: the pool's gather buffer
@@ -147,10 +144,10 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     bias = torch.where(mask, 0.0, -torch.inf).to(q.dtype)  # measured: SDPA runs faster with it than with bool
     if unread is None:
         out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias)
-    elif _FLASH_WITH_LSE is not None and q.device.type == "cpu":  # with its log-sum-exp: merged after
-        out, lse = _FLASH_WITH_LSE(grouped, kk, vv, attn_mask=bias)[:2]
+    elif (flash := partial_attention.FLASH_WITH_LSE) is not None and q.device.type == "cpu":  # merged by its lse
+        out, lse = flash(grouped, kk, vv, attn_mask=bias)[:2]
         mine, theirs = _attend_rest(qr, unread)
-        out = _merge(out.reshape(r, heads, nq, d), lse.reshape(r, heads, nq), mine, theirs)
+        out = merge(out.reshape(r, heads, nq, d), lse.reshape(r, heads, nq), mine, theirs)
     else:  # the group means as more keys, weighted by their counts through the mask
         kk = torch.cat([kk, unread.keys.to(kk.dtype)], 2)
         vv = torch.cat([vv, unread.values.to(vv.dtype)], 2)
@@ -215,13 +212,6 @@ def _attend_rest(qr: torch.Tensor, unread: Rest) -> tuple[torch.Tensor, torch.Te
     lse = scores.logsumexp(-1)
     weights = (scores - torch.where(torch.isfinite(lse), lse, 0)[..., None]).exp_()  # all 0 where none
     return (weights @ unread.values).view(r, heads, nq, d), lse.view(r, heads, nq)
-
-
-def _merge(o1: torch.Tensor, l1: torch.Tensor, o2: torch.Tensor, l2: torch.Tensor) -> torch.Tensor:
-    """Softmax attention over two sets of keys from each set's output and log-sum-exp (l1 finite)."""
-    top = torch.maximum(l1, l2)
-    w1, w2 = (l1 - top).exp_()[..., None], (l2 - top).exp_()[..., None]
-    return ((o1.float() * w1 + o2 * w2) / (w1 + w2)).to(o1.dtype)
 
 
 def _shared(rows: SparseRows) -> bool:

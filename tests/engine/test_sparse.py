@@ -135,10 +135,10 @@ def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_m
     few blocks and the rest as group means, then equal dense attention, for a decode row (its own
     table) and the query blocks of a prefill chunk (one shared table). Without the means they
     do not."""
-    from tempering.engine import int8_attention, paged_decode, sparse
+    from tempering.engine import int8_attention, paged_decode, partial_attention
 
     if path == "concat":
-        monkeypatch.setattr(sparse, "_FLASH_WITH_LSE", None)
+        monkeypatch.setattr(partial_attention, "FLASH_WITH_LSE", None)
 
     monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
     monkeypatch.setattr(int8_attention, "MODE", "always" if path == "int8_attention" else "never")
