@@ -69,7 +69,8 @@ class SparseRows:
     num_blocks: torch.Tensor  # [R] blocks holding the row's context (up to its last query)
 
 
-def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows) -> torch.Tensor:
+def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows,
+           shared: bool | None = None) -> torch.Tensor:
     """q [R, Q, H, D] (each row's queries; padding rows of Q are zero) -> [R, S] table indices of
     the blocks each row reads, S = min(spec.blocks, W); -1 where a row has fewer blocks than S.
     A block's score bounds q . k over the row's queries and its keys, summed over the query heads."""
@@ -89,7 +90,7 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
         # summed over a kv head's query heads first: sum_x sum_d q_xd k_d = sum_d (sum_x q_xd) k_d
         top = qf.clamp(min=0).masked_fill(~real, 0).amax(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
         bottom = qf.clamp(max=0).masked_fill(~real, 0).amin(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
-        if _shared(rows):
+        if shared if shared is not None else _shared(rows):  # one table for all rows: one summary
             # the query blocks of one prefill chunk share their sequence's table: one [W, KVH * D]
             # summary for all rows, not a copy per row (R times the bytes, quadratic in length)
             lo, hi = (t[layer][rows.tables[0]].float().view(width, -1) for t in (pool.k_min, pool.k_max))
@@ -112,8 +113,9 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     bs, kvh = pool.block_size, pool.kv_heads
     taken = rows.tokens.clamp(min=0)
     qr = q[:, taken].permute(1, 0, 2, 3)  # [R, H, Q, D]
-    chosen = select(spec, pool, layer, qr.transpose(1, 2), rows)  # [R, S]
-    unread = rest(spec, pool, layer, rows, chosen)
+    shared = _shared(rows)  # looked at once for both
+    chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, S]
+    unread = rest(spec, pool, layer, rows, chosen, shared)
     r, s = chosen.shape
     block = rows.tables.gather(1, chosen.clamp(min=0))  # pool block ids
     offsets = torch.arange(bs, device=q.device)
@@ -164,7 +166,8 @@ class Rest:
     bias: torch.Tensor  # [R, G] log of how many keys the mean stands for; -inf where none
 
 
-def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: torch.Tensor) -> Rest | None:
+def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: torch.Tensor,
+         shared: bool | None = None) -> Rest | None:
     """The blocks of each row's context not in `chosen` [R, S], grouped; None when there are
     none to group (`rest_group` 0, or every row reads all its blocks). Unread blocks lie before
     all of the row's queries (they are neither its local blocks nor past them), so each is whole
@@ -181,7 +184,7 @@ def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: t
     count = (edges[:, 1:] - edges[:, :-1]).float()  # blocks per group
     read, at = chosen >= 0, chosen.clamp(min=0)
     count.scatter_add_(1, at // g, -read.float())  # the chosen blocks are read exactly: not in their group
-    shared = _shared(rows)
+    shared = _shared(rows) if shared is None else shared
     if not shared:  # each valid block into its row's group; the others into one spare group, dropped
         valid = torch.arange(width, device=dev)[None] < rows.num_blocks[:, None]
         into = torch.where(valid, torch.arange(r, device=dev)[:, None] * groups + torch.arange(width, device=dev) // g,
