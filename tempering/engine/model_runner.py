@@ -15,6 +15,7 @@ import itertools
 
 import torch
 
+from tempering.engine import paged_decode
 from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChunk, SharedPrefix, StepMeta,
                                          cascade_available, flex_block_mask, visible)
 from tempering.engine.kv_cache import KVPool
@@ -156,7 +157,9 @@ class ModelRunner:
                 starts[rows] = blocks * self.bs
                 self.shared_prefix_reads += len(rows)
         own = lengths - starts
-        for lo, hi in _buckets(own.tolist()):
+        # The paged kernel skips a padded slot for one mask read, less than a call per bucket costs
+        ranges = [(0, len(seqs))] if paged_decode.use(self.pool) else _buckets(own.tolist())
+        for lo, hi in ranges:
             width = int(own[lo:hi].max())
             if self.window:
                 width = min(width, self.sinks + self.window)
