@@ -275,6 +275,10 @@ def main() -> None:
     unknown = set(cases) - set(CASES)
     if unknown:
         ap.error(f"unknown cases {sorted(unknown)}; known: {CASES}")
+    # The report is all that goes to stdout: whatever else writes there (vLLM's engine process
+    # logs to it, child processes included) is sent to stderr at the descriptor.
+    report_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     torch.set_num_threads(args.threads)
     model = build_model(ARCH, seed=0).eval()
     report = {"model": {"parameters": sum(p.numel() for p in model.parameters()), **{
@@ -332,7 +336,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - an optional third-party peer; report, go on
                 entry["vllm"] = {"error": f"{type(e).__name__}: {e}"}
             print(f"[bench] {case} vllm: {json.dumps(entry['vllm'])}", file=sys.stderr, flush=True)
-    print(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2), file=report_out, flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Decode attention read straight from a paged KV pool on CPU (float32 or int8), compiled with numba.
 
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
-pool slots (a decode bucket's rows, or block-sparse decode rows: one query per sequence and query
+pool slots (a step's decode rows, or block-sparse decode rows: one query per sequence and query
 head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather: one pass over
 each row's keys, in slot order, reads a slot's keys and values for every kv head and folds them
 into a running softmax (the flash-decoding recurrence: a running max per query, the sum and the
@@ -20,7 +20,12 @@ about as long as over float32 (5.1 ms; `int8_attention`'s chunked two passes 8.6
 dequantize + SDPA 16.7 ms); at 1 row of 8,192 keys 0.96 ms against 2.75 and 3.85 ms. Not used,
 all slower on the pool: a tiled variant (the scores of 16 slots, then their weights, then their
 values; faster in cache), the same with a polynomial exp the compiler vectorizes, and two passes
-per row (all its scores, one vectorized exp, then the values).
+per row (all its scores, one vectorized exp, then the values); with 16-slot blocks, the head dim
+and query heads per kv head as compile-time constants, 512-bit vectors (LLVM picks 256 on this
+CPU) and an inlined exp gained nothing measurable either. On bench/engine.py's case c the kernel
+is bound by its arithmetic, not its reads: over an int8 pool (a quarter of the bytes) it takes
+as long as over float32 (3.0 and 3.1 s of about 13), about 26 ns per query head and key, of
+which the exp is a fifth and the running max's rescale a seventh.
 
 What it does not do: float16/bfloat16 pools (numba has no such CPU type; `gather` + SDPA reads
 them), devices other than the CPU (a GPU keeps `gather` + SDPA), or many queries over the same
