@@ -269,8 +269,11 @@ def main() -> None:
     ap.add_argument("--agreement-tokens", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=1, help="time each run N times, keep the least CPU time")
     args = ap.parse_args()
-    if args.repeats < 1:
-        ap.error(f"--repeats must be at least 1, got {args.repeats}")
+    for option in ("threads", "repeats"):
+        if getattr(args, option) < 1:
+            ap.error(f"--{option} must be at least 1, got {getattr(args, option)}")
+    if args.agreement_tokens < 8:  # spread over 8 prompts
+        ap.error(f"--agreement-tokens must be at least 8, got {args.agreement_tokens}")
     cases = args.cases.split(",")
     unknown = set(cases) - set(CASES)
     if unknown:

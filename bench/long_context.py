@@ -136,8 +136,17 @@ def main() -> None:
         ap.error("--text needs --model (its tokenizer)")
     if args.text and args.ids:
         ap.error("--text and --ids both give the prompt: pass one")
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 2 * args.block:
+        ap.error(f"--lengths {args.lengths}: expected comma-separated token counts of at least 2 blocks "
+                 f"({2 * args.block} tokens at --block {args.block})")
+    for option in ("dense_max", "block", "chunk", "probes", "threads"):
+        if getattr(args, option) < 1:
+            ap.error(f"--{option.replace('_', '-')}: expected an integer >= 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
-    lengths = [int(x) for x in args.lengths.split(",")]
     if args.model:  # a trained model: its own attention and distributions, nothing scaled
         model = load_hf(args.model).eval()
         args.logit_scale = args.qk_scale = 1.0
