@@ -65,7 +65,7 @@ def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torc
             u[i] = torch.rand((), dtype=torch.float64, generator=g, device="cpu") if g is not None else torch.rand(
                 (), device="cpu")
     u = u.to(probs.device)
-    rows, vocab = probs.shape
+    vocab = probs.shape[1]
     full = vocab - vocab % CHUNK
     sums = [probs[:, :full].unflatten(1, (full // CHUNK, CHUNK)).sum(-1)] if full else []
     if full < vocab:
