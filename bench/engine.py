@@ -13,8 +13,11 @@ the same model's forward work for that case with attention a no-op (`Ceiling`), 
 same run, and `fraction_of_ceiling` is that time over ours. Attention itself must at least read
 each decode step's keys and values: `kv_read_gib` is what a case's decode steps read (every live
 sequence its whole context, every step), `kv_read_s` that over this machine's one-core read
-bandwidth (`read_gib_per_s`, measured in the run), and `fraction_of_ceiling_with_kv_reads` the
-ceiling plus those reads over ours (sliding, whose window bounds its reads, has neither).
+bandwidth (`read_gib_per_s`, measured in the run), `fraction_of_ceiling_with_kv_reads` the
+ceiling plus those reads over ours, and `fraction_at_read_floor` the ceiling over the ceiling plus
+those reads: the most of the ceiling an engine can reach that reads these bytes of KV cache at
+that bandwidth, overlapped with nothing (sliding, whose window bounds its reads, has none of
+these).
 
 With `--repeats N` every engine's run of a case (ours, HF's, vLLM's) and every ceiling forward
 is timed N times and the least CPU time kept: on a shared machine a run is only ever slowed by
@@ -318,7 +321,9 @@ def main() -> None:
             if case != "sliding":  # a window bounds its reads; the others read every context whole
                 reads = Ceiling.kv_reads(work[case]) * entry["ours"]["kv_bytes_per_token"]
                 read_s = reads / bandwidth
-                entry["ceiling"].update(kv_read_gib=round(reads / 2**30, 2), kv_read_s=round(read_s, 2))
+                # what an engine whose only cost beyond the ceiling were these reads would reach
+                entry["ceiling"].update(kv_read_gib=round(reads / 2**30, 2), kv_read_s=round(read_s, 2),
+                                        fraction_at_read_floor=round(floor / (floor + read_s), 3))
                 entry["ours"]["fraction_of_ceiling_with_kv_reads"] = round((floor + read_s) / entry["ours"]["cpu_s"], 3)
             if hf is not None:
                 entry["hf"] = fastest(args.repeats, lambda: run_hf(hf, case, work[case]))

