@@ -13,9 +13,13 @@ of the one before through the prefix cache). Dense is skipped above `--dense-max
 
     python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--rest-group 16] [--block 64] [--threads 2]
         [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE] [--probe-at FILE]]
+        [--needle]
 
 A trained model for `--model`: `bench/long_context_model.py` trains one here (its folder's
-`document.json` is the prompt for `--ids`).
+`document.json` is the prompt for `--ids`). `--needle` runs the hand-wired retrieval model of
+`tempering.models.needle` on its own documents instead: every probe's answer is a key in the
+prompt's first quarter, so each mode's `next_token_accuracy` says whether its attention found it
+(reported for the sparse mode at lengths dense does not run, too).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tempering.engine import LLM, SamplingParams  # noqa: E402
 from tempering.models import Arch, build_model, load_hf  # noqa: E402
+from tempering.models.needle import haystack, needle_model  # noqa: E402
 from tempering.tokenizer import load_tokenizer  # noqa: E402
 
 NEW_TOKENS = 256
@@ -49,7 +54,8 @@ def rss_gib() -> float:
 
 def engine(model, length: int, args, sparse: bool) -> LLM:
     options = {"sparse_topk": args.topk, "sparse_sink_blocks": args.sinks, "sparse_local_blocks": args.local,
-               "sparse_rest_group": args.rest_group, "kv_dtype": args.kv_dtype, "kv_offload_dir": args.offload_dir} if sparse else {}
+               "sparse_rest_group": args.rest_group, "kv_dtype": args.kv_dtype,
+               "kv_offload_dir": args.offload_dir} if sparse else {}
     return LLM(model, max_seq_len=length + NEW_TOKENS + args.block, block_size=args.block, max_batch_size=1,
                max_batched_tokens=args.chunk, **options)
 
@@ -127,6 +133,9 @@ def main() -> None:
                     "document.json of bench/long_context_model.py's folder")
     ap.add_argument("--model", default="", help="an HF model folder (a trained long-context model) instead of the "
                     "random-init one; --logit-scale and --qk-scale are then ignored")
+    ap.add_argument("--needle", action="store_true", help="the hand-wired retrieval model (tempering.models.needle) "
+                    "and its documents instead: each probe's answer needs one key in the prompt's first quarter; "
+                    "each mode's next_token_accuracy is reported, the sparse mode's also where dense does not run")
     ap.add_argument("--qk-scale", type=float, default=1.0,
                     help="multiplies q_proj and k_proj: > 1 concentrates a random-init model's attention")
     ap.add_argument("--logit-scale", type=float, default=30.0,
@@ -136,6 +145,8 @@ def main() -> None:
         ap.error("--text needs --model (its tokenizer)")
     if args.text and args.ids:
         ap.error("--text and --ids both give the prompt: pass one")
+    if args.needle and (args.model or args.text or args.ids or args.probe_at):
+        ap.error("--needle brings its own model, prompt and probes: it takes no --model, --text, --ids or --probe-at")
     try:
         lengths = [int(x) for x in args.lengths.split(",")]
     except ValueError:
@@ -147,8 +158,8 @@ def main() -> None:
         if getattr(args, option) < 1:
             ap.error(f"--{option.replace('_', '-')}: expected an integer >= 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
-    if args.model:  # a trained model: its own attention and distributions, nothing scaled
-        model = load_hf(args.model).eval()
+    if args.model or args.needle:  # a trained or wired model: its own attention and distributions, nothing scaled
+        model = load_hf(args.model).eval() if args.model else needle_model(max(lengths) + NEW_TOKENS + args.block)
         args.logit_scale = args.qk_scale = 1.0
     else:
         model = build_model(arch(max(lengths) + NEW_TOKENS + args.block), seed=0).eval()
@@ -158,7 +169,8 @@ def main() -> None:
             layer.self_attn.q_proj.weight.mul_(args.qk_scale)
             layer.self_attn.k_proj.weight.mul_(args.qk_scale)
     report: dict = {"model": {"parameters": sum(p.numel() for p in model.parameters()), "threads": args.threads,
-                              "path": args.model or None, "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
+                              "path": args.model or ("needle" if args.needle else None),
+                              "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
                     "sparse": {"topk": args.topk, "sinks": args.sinks, "local": args.local, "block": args.block,
                                "rest_group": args.rest_group,
                                "kv_dtype": args.kv_dtype, "offload": bool(args.offload_dir)},
@@ -181,6 +193,12 @@ def main() -> None:
         # prefixes ending on block boundaries, so each probe's prefill reuses the one before
         probes = sorted({(length // 2 + i * (length // 2) // args.probes) // args.block * args.block
                          for i in range(args.probes)})
+        if args.needle:
+            try:
+                doc = haystack(length, args.probes)
+            except ValueError as e:
+                ap.error(f"--needle: {e}")
+            prompt, probes = doc.ids, doc.probes
         if probe_at:
             probes = [p for p in probe_at if length // 2 <= p < length][: args.probes]
             if not probes:
@@ -192,7 +210,7 @@ def main() -> None:
                 continue
             llm = engine(model, length, args, mode == "sparse")
             row[mode] = prefill_and_decode(llm, prompt)
-            if "dense" in row:
+            if "dense" in row or args.needle:
                 llm = engine(model, length, args, mode == "sparse")  # a fresh cache: probes prefill anew
                 dists[mode] = distributions(llm, prompt, probes)
             row[mode]["peak_rss_gib"] = round(rss_gib(), 3)
@@ -204,10 +222,11 @@ def main() -> None:
             # how peaked the dense distributions are: top-1 agreement means little when they are flat
             row["dense"]["entropy_nats"] = round(float(-(d.exp() * d).sum(-1).mean()), 3)
             row["sparse"]["probes"] = len(probes)
-            if probe_at:  # the right next token is known: how often each mode predicts it
-                truth = torch.tensor([prompt[p] for p in probes])
-                for mode, dist in (("dense", d), ("sparse", s)):
-                    row[mode]["next_token_accuracy"] = round(float((dist.argmax(-1) == truth).float().mean()), 4)
+        if probe_at or args.needle:  # the right next token is known: how often each mode predicts it
+            truth = torch.tensor([prompt[p] for p in probes])
+            for mode, dist in dists.items():
+                row[mode]["next_token_accuracy"] = round(float((dist.argmax(-1) == truth).float().mean()), 4)
+                row[mode]["probes"] = len(probes)
         report["lengths"][str(length)] = row
         print(json.dumps({"done": length, **row}), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
