@@ -136,6 +136,8 @@ def main() -> None:
     ap.add_argument("--needle", action="store_true", help="the hand-wired retrieval model (tempering.models.needle) "
                     "and its documents instead: each probe's answer needs one key in the prompt's first quarter; "
                     "each mode's next_token_accuracy is reported, the sparse mode's also where dense does not run")
+    ap.add_argument("--needle-noise", type=float, default=0.0, help="with --needle: the other tokens' keys are "
+                    "random with this fraction of a needle key's norm (distractors for the block selection)")
     ap.add_argument("--qk-scale", type=float, default=1.0,
                     help="multiplies q_proj and k_proj: > 1 concentrates a random-init model's attention")
     ap.add_argument("--logit-scale", type=float, default=30.0,
@@ -145,6 +147,8 @@ def main() -> None:
         ap.error("--text needs --model (its tokenizer)")
     if args.text and args.ids:
         ap.error("--text and --ids both give the prompt: pass one")
+    if args.needle_noise < 0 or (args.needle_noise and not args.needle):
+        ap.error(f"--needle-noise {args.needle_noise}: a fraction >= 0, with --needle")
     if args.needle and (args.model or args.text or args.ids or args.probe_at):
         ap.error("--needle brings its own model, prompt and probes: it takes no --model, --text, --ids or --probe-at")
     try:
@@ -159,7 +163,8 @@ def main() -> None:
             ap.error(f"--{option.replace('_', '-')}: expected an integer >= 1, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
     if args.model or args.needle:  # a trained or wired model: its own attention and distributions, nothing scaled
-        model = load_hf(args.model).eval() if args.model else needle_model(max(lengths) + NEW_TOKENS + args.block)
+        model = load_hf(args.model).eval() if args.model else needle_model(
+            max(lengths) + NEW_TOKENS + args.block, noise=args.needle_noise)
         args.logit_scale = args.qk_scale = 1.0
     else:
         model = build_model(arch(max(lengths) + NEW_TOKENS + args.block), seed=0).eval()
@@ -169,7 +174,7 @@ def main() -> None:
             layer.self_attn.q_proj.weight.mul_(args.qk_scale)
             layer.self_attn.k_proj.weight.mul_(args.qk_scale)
     report: dict = {"model": {"parameters": sum(p.numel() for p in model.parameters()), "threads": args.threads,
-                              "path": args.model or ("needle" if args.needle else None),
+                              "path": args.model or (f"needle (noise {args.needle_noise})" if args.needle else None),
                               "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
                     "sparse": {"topk": args.topk, "sinks": args.sinks, "local": args.local, "block": args.block,
                                "rest_group": args.rest_group,

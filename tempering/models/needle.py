@@ -9,7 +9,8 @@ key and query in that head are exactly zero) with a score of `sharpness` nats, r
 (the m-th unit vector) and writes it along a direction the LM head reads as A_m. The codes live
 in the head's lowest rotary frequencies under a rope_theta of 1e12, where a million positions
 turn them by about 0.03 rad: the match does not fade with distance. Everything else (the other
-heads, the MLP) is zero. The projections are solved exactly from the normalized embeddings
+heads, the MLP) is zero, and so are the other tokens' keys in head 0 unless `noise` gives them
+random ones (distractors: scores that a block's summary must see past). The projections are solved exactly from the normalized embeddings
 (fewer tokens than hidden dims), so each token's query, key and value are what the design says.
 
 It is not trained and not a language model: it tests where attention looks, not what it learns.
@@ -56,9 +57,11 @@ def arch(max_len: int) -> Arch:
                 rope_theta=1e12, tie_word_embeddings=False)
 
 
-def needle_model(max_len: int, sharpness: float = 30.0, seed: int = 0) -> Decoder:
+def needle_model(max_len: int, sharpness: float = 30.0, noise: float = 0.0, seed: int = 0) -> Decoder:
     """The retrieval decoder, for prompts of up to `max_len` tokens. `sharpness`: the query's
-    score on its key, in nats, over every other key's 0 (30 outweighs a million keys)."""
+    score on its key, in nats, over every other key's 0 (30 outweighs a million keys). `noise`:
+    every other token's key in head 0 is random with this fraction of a needle key's norm (its
+    score on a query is then about normal with sd sharpness x noise / 5)."""
     g = torch.Generator().manual_seed(seed)
     model = Decoder(arch(max_len)).eval()
     code_dims = [i for i in CODE_PAIRS] + [i + HEAD_DIM // 2 for i in CODE_PAIRS]
@@ -74,6 +77,10 @@ def needle_model(max_len: int, sharpness: float = 30.0, seed: int = 0) -> Decode
         q[query(m), code_dims] = codes[m]  # head 0
         k[key(m), code_dims] = codes[m]  # kv head 0, which heads 0 and 1 read
         v[key(m), m] = 1.0
+    others = [t for t in range(VOCAB) if not FILLERS <= t < FILLERS + NEEDLES]
+    spread = torch.randn(len(others), len(code_dims), generator=g)
+    k[torch.tensor(others)[:, None], torch.tensor(code_dims)] = spread / spread.norm(dim=1, keepdim=True) * (
+        noise * codes.norm(dim=1).mean())
     solve = torch.linalg.pinv(normed)  # normed @ solve = identity: every token gets exactly its row
     o = torch.zeros(HIDDEN, 4 * HEAD_DIM)
     o[:, :NEEDLES] = directions.T * HIDDEN ** 0.5  # head 0's output, as large as an embedding
