@@ -64,7 +64,7 @@ def needle_model(max_len: int, sharpness: float = 30.0, noise: float = 0.0, seed
     score on a query is then about normal with sd sharpness x noise / 5)."""
     g = torch.Generator().manual_seed(seed)
     model = Decoder(arch(max_len)).eval()
-    code_dims = [i for i in CODE_PAIRS] + [i + HEAD_DIM // 2 for i in CODE_PAIRS]
+    code_dims = list(CODE_PAIRS) + [i + HEAD_DIM // 2 for i in CODE_PAIRS]
     assert NEEDLES <= len(code_dims)  # orthogonal codes need as many dims
     # scores are q . k / sqrt(head_dim): |code|^2 = sharpness * sqrt(head_dim)
     codes = torch.linalg.qr(torch.randn(len(code_dims), len(code_dims), generator=g))[0][:NEEDLES]
