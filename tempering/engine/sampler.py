@@ -73,7 +73,7 @@ def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torc
     chunk_cdf = torch.cat(sums, 1).double().cumsum(-1)
     target = (u * chunk_cdf[:, -1])[:, None]
     chunk = torch.searchsorted(chunk_cdf, target, right=True).clamp_(max=chunk_cdf.shape[1] - 1)
-    before = torch.where(chunk > 0, chunk_cdf.gather(1, (chunk - 1).clamp(min=0)), 0.0)
+    before = torch.nn.functional.pad(chunk_cdf, (1, 0)).gather(1, chunk)  # the mass of the chunks before
     cols = chunk * CHUNK + torch.arange(CHUNK, device=probs.device)
     inner = probs.gather(1, cols.clamp(max=vocab - 1)).masked_fill_(cols >= vocab, 0.0)
     # rounding can put the number past the chunk's last live token: that token, then
