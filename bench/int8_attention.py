@@ -1,7 +1,7 @@
 """Micro-benchmark: attention over an int8 KV pool, fused (`int8_attention.attend`, int8 read as
 stored) against dequantize-then-SDPA (`KVPool.gather` + `F.scaled_dot_product_attention`, what
 the engine did before), and for decode cases the compiled kernel the engine now uses for decode
-reads on CPU (`paged_decode.attend`, where numba is installed). Decode shapes of bench/engine.py's model (6 query heads, 2 kv heads,
+reads on CPU (`paged_decode.attend`, where its C kernel is built). Decode shapes of bench/engine.py's model (6 query heads, 2 kv heads,
 head_dim 64), one layer, paged context (blocks of 16 at random pool places, the rows' lengths
 uniform in [3/4, 1] of the bucket's width, masked as the decode buckets are), plus one prefill
 chunk (`--prefill` queries against the whole context). Prints one JSON object:

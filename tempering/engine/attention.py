@@ -11,10 +11,10 @@ Decode tokens of sequences that share a long prefix of blocks (the n samples of 
 requests with a common system prompt) read that prefix once for the whole group (cascade
 attention: the group's queries against the shared keys, each sequence's own keys separately,
 merged by their log-sum-exp), instead of gathering and scanning the same keys once per
-sequence. With a float32 or int8 pool on the CPU, the decode rows are read by `paged_decode`'s
-compiled kernel straight from the pool, without the gather, all in one bucket (the kernel skips
-a padded slot at the cost of a mask read; a shared prefix, whose many queries suit SDPA's matrix
-kernels, is still gathered). Elsewhere (no numba, shared prefixes), long int8
+sequence. With a float32, bfloat16, float16 or int8 pool on the CPU, the decode rows are read by
+`paged_decode`'s C kernel straight from the pool, without the gather, all in one bucket (the
+kernel skips a padded slot at the cost of a mask read; a shared prefix, whose many queries suit
+SDPA's matrix kernels, is still gathered). Elsewhere (no C compiler, shared prefixes), long int8
 decode reads attend over the int8 keys and values as stored (`int8_attention`: no dequantized
 copy of the context; prefill chunks still dequantize, which measured faster). With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding
 window + sinks skip whole blocks). In the engine's sparse layers every query row reads only the

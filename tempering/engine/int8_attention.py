@@ -35,9 +35,9 @@ over dequantize's; max |difference| 3e-7 to 3e-6):
     prefill     1      8k (256 q)   55          101      0.54x
     prefill     1     32k (256 q)  250          399      0.63x
 
-(A 2-thread run on the shared machine was too noisy to report.) On the CPU with numba, decode
-buckets and block-sparse decode rows go to `paged_decode`'s compiled kernel first (1.3-1.9x this
-path). Otherwise the engine (`use`, `MODE` "auto") routes decode-shaped reads (one query per
+(A 2-thread run on the shared machine was too noisy to report.) On the CPU, decode buckets and
+block-sparse decode rows go to `paged_decode`'s C kernel first where it is built (its numba
+predecessor was 1.3-1.9x this path). Otherwise the engine (`use`, `MODE` "auto") routes decode-shaped reads (one query per
 row) of at least `MIN_KEYS` keys here and leaves short reads and prefill chunks, where SDPA's
 kernel over a cache-sized dequantized copy wins, on `KVPool.gather`. Much of dequantize+SDPA's
 cost at long contexts is SDPA's masked one-query path over the float copy, not only the

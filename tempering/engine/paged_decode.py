@@ -1,47 +1,57 @@
-"""Decode attention read straight from a paged KV pool on CPU (float32 or int8), compiled with numba.
+"""Decode attention read straight from a paged KV pool on CPU (float32, bfloat16, float16 or int8),
+a C kernel (`paged_decode.c`) built with the machine's C compiler on first use.
 
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
 pool slots (a step's decode rows, or block-sparse decode rows: one query per sequence and query
 head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather: one pass over
-each row's keys, in slot order, reads a slot's keys and values for every kv head and folds them
-into a running softmax (the flash-decoding recurrence: a running max per query, the sum and the
-weighted values rescaled when the max grows). So each stored key and value is read once, from the
-pool, and nothing context-sized is written. A kv head's query heads share the key they read (GQA
-without copies). An int8 pool is read as stored: the key's fp16 scale multiplies its score and
-the value's scale its weight (q . (k8 s) = (q . k8) s), so the result is dequantize-then-attend's
-up to fp32 rounding. Rows are independent: with more than one torch thread, a large read is split
-into runs of rows on that many threads (the kernel releases the GIL).
+each row's keys, in slot order, in chunks of 16 live slots, each folded into a running softmax
+(the flash-decoding recurrence: a running max per query, the sum and the weighted values
+rescaled when the max grows). So each stored key and value is read once, from the pool, and
+nothing context-sized is written. A kv head's query heads share the keys they read (GQA without
+copies). An int8 pool is read as stored, times the key's and the value's fp16 scales; 16-bit
+pools are widened to float32 as read. The arithmetic is float32, so the result is SDPA over the
+gathered (dequantized) keys and values up to float32 rounding. Rows are independent: with more
+than one torch thread, a large read is split into runs of rows on that many threads (ctypes
+releases the GIL for the call).
 
-Measured (64 rows of 200-320 keys in random 4-slot blocks, 6 query heads over 2 kv heads,
-head_dim 64, 1 thread, one layer): 4.9-5.6 ms against 10.1-10.7 ms for `index_select` + SDPA,
-results within 1e-6. About half of the kernel's time is its arithmetic (the same rows over
-slots that stay in cache take 2.4-3.0 ms), the rest reading the pool. Over an int8 pool it takes
-about as long as over float32 (5.1 ms; `int8_attention`'s chunked two passes 8.6 ms,
-dequantize + SDPA 16.7 ms); at 1 row of 8,192 keys 0.96 ms against 2.75 and 3.85 ms. Not used,
-all slower on the pool: a tiled variant (the scores of 16 slots, then their weights, then their
-values; faster in cache), the same with a polynomial exp the compiler vectorizes, and two passes
-per row (all its scores, one vectorized exp, then the values); with 16-slot blocks, the head dim
-and query heads per kv head as compile-time constants, 512-bit vectors (LLVM picks 256 on this
-CPU) and an inlined exp gained nothing measurable either. On bench/engine.py's case c the kernel
-is bound by its arithmetic, not its reads: over an int8 pool (a quarter of the bytes) it takes
-as long as over float32 (3.0 and 3.1 s of about 13), about 26 ns per query head and key, of
-which the exp is a fifth and the running max's rescale a seventh.
+The kernel computes a chunk's 16 scores of a query head as one vector (the dot products' lanes
+summed by pairwise halving, not one horizontal sum per key), then one max, one rescale and 16
+exps (a polynomial) as vectors. Measured (64 rows of 176-336 keys in random 16-slot blocks, 6
+query heads over 2 kv heads, head_dim 64, 1 thread, best of several, same process), against the
+numba loop it replaces (one key at a time, a scalar exp and rescale per key and query head):
+1.0-1.2 ms against 1.8-2.1 ms a layer when the keys stay in cache, but 2.7-3.2 ms against
+2.9-4.0 ms over a pool larger than the caches, where reading the keys (1.5-1.9 ms alone) and the
+arithmetic do not overlap on one core (software prefetch of the next chunk changed nothing). So
+it matters most where fewer bytes are read: bfloat16 and int8 pools.
 
-What it does not do: float16/bfloat16 pools (numba has no such CPU type; `gather` + SDPA reads
-them), devices other than the CPU (a GPU keeps `gather` + SDPA), or many queries over the same
-keys (prefill chunks, the n samples' queries over their shared prefix: SDPA's matrix kernels win
-there; the kernel took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU
-second when it read the shared prefix too). Where numba cannot be imported, the engine keeps
-`gather` + SDPA (`int8_attention` for long int8 reads). The compiled kernel is cached on disk by
-numba (`cache=True`), so only a machine's first engine pays its compile (a few seconds).
+Building: `cc` (or `$CC`) with -O3 -march=native and the float flags that let it reassociate
+sums (not -ffast-math, whose shared objects can switch the whole process to flush denormals),
+cached as a shared object under `$XDG_CACHE_HOME/tempering` (else ~/.cache, else the temp dir),
+keyed by the source, the compiler, its flags and the CPU's feature flags. Where no compiler
+builds it, `use` is False with one warning, and the engine keeps `gather` + SDPA
+(`int8_attention` for long int8 reads).
+
+What it does not do: head dims that are not a multiple of 16 (they gather), devices other than
+the CPU (a GPU keeps `gather` + SDPA), or many queries over the same keys (prefill chunks, the n
+samples' queries over their shared prefix: SDPA's matrix kernels win there; the numba kernel
+took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU second when it
+read the shared prefix too).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import hashlib
 import math
 import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -50,66 +60,84 @@ from tempering.engine.kv_cache import KVPool
 
 ENABLED = True  # tests turn it off to compare with gather + SDPA
 SPLIT_KEYS = 4096  # a read of fewer keys (rows x keys) stays on one thread: a hand-off costs ~50 us
-# every float16 bit pattern as float32: an int8 pool's fp16 scales are read through it (numba
-# has no float16 type on the CPU), exactly
-_HALF = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+CHUNK = 16  # live slots per chunk (CH in paged_decode.c): the scratch holds one chunk widened
+SOURCE = Path(__file__).with_suffix(".c")
+# reassociation is what vectorizes the sums; no -ffinite-math-only: the running max starts at -inf
+FLAGS = ["-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+         "-fassociative-math", "-freciprocal-math", "-ffp-contract=fast"]
+BUILD_TIMEOUT_S = 120.0
+_DTYPES = {torch.float32: 0, torch.bfloat16: 2, torch.float16: 3}  # paged_decode.c's; int8 pools: 1
+
+
+class _Args(ctypes.Structure):
+    """paged_decode.c's Args."""
+    _fields_ = [(name, ctypes.c_void_p) for name in ("q", "k", "v", "ks", "vs", "index", "mask", "out", "lse")] + [
+        (name, ctypes.c_int64) for name in ("kvh", "rep", "d", "keys")] + [
+        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32)]
+
+
+def _cache_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tempering"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if os.access(base, os.W_OK):
+            return base
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"tempering-{os.getuid()}"
+    fallback.mkdir(mode=0o700, exist_ok=True)
+    return fallback
+
+
+def _cpu_flags() -> bytes:
+    """What -march=native depends on: a shared object built for another CPU may not run here."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        return next((line for line in info.splitlines() if line.startswith(("flags", "Features"))), "").encode()
+    except OSError:
+        return platform.processor().encode()
+
+
+def _build(compiler: str) -> Path:
+    """The shared object for this source, compiler and CPU: cached, else compiled (with
+    -march=native, or without where the compiler refuses it). Raises RuntimeError on failure."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, timeout=BUILD_TIMEOUT_S).stdout
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), version, " ".join(FLAGS).encode(),
+                                     platform.machine().encode(), _cpu_flags()])).hexdigest()[:16]
+    target = _cache_dir() / f"paged_decode-{key}.so"
+    if target.exists():
+        return target
+    errors = []
+    for extra in (["-march=native"], []):
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        try:
+            done = subprocess.run([compiler, *FLAGS, *extra, str(SOURCE), "-o", tmp, "-lm"],
+                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            done = None
+        if done is not None and done.returncode == 0:
+            os.replace(tmp, target)  # atomic: another process building the same key gets either
+            return target
+        os.unlink(tmp)
+        errors.append(f"timed out after {BUILD_TIMEOUT_S:.0f} s" if done is None
+                      else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
+    raise RuntimeError(f"{compiler} could not build {SOURCE.name}: {errors[-1]}")
 
 
 @functools.lru_cache(maxsize=1)
 def _kernel():
-    """The compiled kernel, or None where numba is not installed (imported on first use: numba's
-    import costs about half a second that a GPU engine need not pay)."""
+    """The built kernel's `decode`, or None (with one warning) where it cannot be built here."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     try:
-        import numba
-    except ImportError:
+        if not compiler:
+            raise RuntimeError("no C compiler (cc, gcc, clang or $CC) on this machine")
+        decode = ctypes.CDLL(str(_build(compiler))).decode
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        warnings.warn(f"paged_decode: {e}; decode attention gathers instead (slower)", RuntimeWarning, stacklevel=2)
         return None
-
-    # fast-math without "no infinities / NaNs" (the running max starts at -inf): reassociation is
-    # what vectorizes the dot products. `ks is None` (a float32 pool) is pruned at compile time.
-    @numba.njit(fastmath={"reassoc", "contract", "nsz", "arcp", "afn"}, cache=True, nogil=True)
-    def decode(q, kp, vp, ks, vs, half, index, mask, out, lse, scale, r0, r1):  # pragma: no cover - compiled
-        _, kvh, rep, d = q.shape
-        acc = np.empty((kvh, rep, d), np.float32)
-        top = np.empty((kvh, rep), np.float32)
-        total = np.empty((kvh, rep), np.float32)
-        for r in range(r0, r1):
-            acc[:] = 0.0
-            top[:] = -np.inf
-            total[:] = 0.0
-            for j in range(index.shape[1]):
-                if not mask[r, j]:
-                    continue
-                slot = index[r, j]
-                for h in range(kvh):
-                    kr, vr = kp[slot, h], vp[slot, h]
-                    k_scale, v_scale = scale, np.float32(1.0)
-                    if ks is not None:  # int8: the fp16 scales' bits, looked up
-                        k_scale = scale * half[ks[slot, h, 0] & 0xFFFF]
-                        v_scale = half[vs[slot, h, 0] & 0xFFFF]
-                    for p in range(rep):
-                        qp, ap = q[r, h, p], acc[h, p]
-                        s = np.float32(0.0)
-                        for x in range(d):
-                            s += qp[x] * np.float32(kr[x])
-                        s *= k_scale
-                        if s > top[h, p]:  # a new max: rescale what was summed under the old one
-                            c = np.float32(math.exp(top[h, p] - s))
-                            total[h, p] *= c
-                            for x in range(d):
-                                ap[x] *= c
-                            top[h, p] = s
-                        w = np.float32(math.exp(s - top[h, p]))
-                        total[h, p] += w
-                        w *= v_scale
-                        for x in range(d):
-                            ap[x] += w * np.float32(vr[x])
-            for h in range(kvh):
-                for p in range(rep):
-                    inv = np.float32(1.0) / total[h, p]
-                    for x in range(d):
-                        out[r, h, p, x] = acc[h, p, x] * inv
-                    lse[r, h, p] = top[h, p] + math.log(total[h, p])
-
+    decode.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    decode.restype = ctypes.c_int
     return decode
 
 
@@ -133,41 +161,50 @@ def _threads(count: int) -> ThreadPoolExecutor:
 
 
 def use(pool: KVPool) -> bool:
-    """Whether decode reads of this pool go through `attend`: a float32 or int8 pool on the CPU,
-    numba installed, and `ENABLED`."""
-    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.dtype == torch.float32)
-            and _kernel() is not None)
+    """Whether decode reads of this pool go through `attend`: a float32, bfloat16, float16 or int8
+    pool on the CPU, a head dim that is a multiple of 16, the kernel built, and `ENABLED`."""
+    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.dtype in _DTYPES)
+            and pool.head_dim % 16 == 0 and _kernel() is not None)
 
 
 def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor,
            mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """q [R, KVH, rep, D] (row r's queries of each kv head), index [R, K] pool slots, mask [R, K]
     bool (True = attend; each row attends to at least one key) -> the output [R, KVH, rep, D]
-    and the log-sum-exp of the scaled scores [R, KVH, rep], float32."""
+    and the log-sum-exp of the scaled scores [R, KVH, rep], float32. Only where `use(pool)`."""
     rows, kvh, rep, d = q.shape
-    index, mask = index.contiguous(), mask.contiguous()
+    q = q.float().contiguous()
+    index, mask = index.to(torch.int64).contiguous(), mask.contiguous()
     ks = vs = None
     if pool.quantized:
         k, v, k_scale, v_scale = pool.quantized_layer(layer, index.reshape(-1))
-        ks, vs = k_scale.view(torch.int16).numpy(), v_scale.view(torch.int16).numpy()
+        ks, vs = k_scale.data_ptr(), v_scale.data_ptr()
     else:
         k, v = pool.stored(layer, index.reshape(-1))
-    out = q.new_empty(rows, kvh, rep, d, dtype=torch.float32)
-    lse = q.new_empty(rows, kvh, rep, dtype=torch.float32)
-    args = (q.float().contiguous().numpy(), k.numpy(), v.numpy(), ks, vs, _HALF, index.numpy(), mask.numpy(),
-            out.numpy(), lse.numpy(), np.float32(1.0 / math.sqrt(d)))
+    out = q.new_empty(rows, kvh, rep, d)
+    lse = q.new_empty(rows, kvh, rep)
+    args = _Args(q.data_ptr(), k.data_ptr(), v.data_ptr(), ks, vs, index.data_ptr(), mask.data_ptr(),
+                 out.data_ptr(), lse.data_ptr(), kvh, rep, d, index.shape[1], 1.0 / math.sqrt(d),
+                 1 if pool.quantized else _DTYPES[k.dtype])
     kernel = _kernel()
     parts = min(torch.get_num_threads(), rows, max(1, index.numel() // SPLIT_KEYS))
+    size = (kvh * rep + 2 * kvh * CHUNK) * d
+    scratch = [np.empty(size, np.float32) for _ in range(parts)]
+
+    def run(part: int, lo: int, hi: int) -> None:
+        if kernel(ctypes.byref(args), scratch[part].ctypes.data, lo, hi) != 0:
+            raise ValueError(f"paged_decode: head dim {d} is not a multiple of 16")
+
     if parts == 1:
-        kernel(*args, 0, rows)
-        return out, lse
-    bounds = [rows * i // parts for i in range(parts + 1)]
-    threads = _threads(parts - 1)
-    others = [threads.submit(kernel, *args, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
-    kernel(*args, bounds[0], bounds[1])
-    for f in others:
-        try:
-            f.result(timeout=STALL_S)
-        except TimeoutError:
-            raise TimeoutError(f"paged_decode: a run of rows on a pool thread stalled for {STALL_S:.0f} s") from None
+        run(0, 0, rows)
+    else:
+        bounds = [rows * i // parts for i in range(parts + 1)]
+        threads = _threads(parts - 1)
+        others = [threads.submit(run, i, lo, hi) for i, (lo, hi) in enumerate(zip(bounds[1:-1], bounds[2:]), 1)]
+        run(0, bounds[0], bounds[1])
+        for f in others:
+            try:
+                f.result(timeout=STALL_S)
+            except TimeoutError:
+                raise TimeoutError(f"paged_decode: a run of rows on a pool thread stalled for {STALL_S:.0f} s") from None
     return out, lse

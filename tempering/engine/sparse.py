@@ -25,8 +25,8 @@ pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's bl
 sums over the sequence's table, less the blocks it reads. It costs one key per group, at most
 MAX_GROUPS per query, so a row's cost stays bounded at any length.
 
-Decode rows read their selected blocks straight from a float32 or int8 pool on the CPU
-(`paged_decode`); elsewhere an int8 pool's blocks are read as stored for long decode reads
+Decode rows read their selected blocks straight from the pool on the CPU (`paged_decode`, for
+float32, bfloat16, float16 and int8 pools); elsewhere an int8 pool's blocks are read as stored for long decode reads
 (`int8_attention.use`), not dequantized.
 
 It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a

@@ -13,8 +13,8 @@ from engine_helpers import random_prompts
 from tempering.engine import LLM, SamplingParams, paged_decode
 from tempering.engine.kv_cache import KVPool
 
-pytestmark = pytest.mark.skipif(paged_decode._kernel() is None, reason="numba is not installed")
-TOL = 1e-5  # the same fp32 keys and values; only the order of summation differs
+pytestmark = pytest.mark.skipif(paged_decode._kernel() is None, reason="no C compiler built paged_decode.c")
+TOL = 1e-5  # the same fp32 keys and values; only the order of summation (and exp's polynomial) differs
 
 
 def _pool(kv_heads: int, d: int, blocks: int = 256, block: int = 4, seed: int = 0) -> KVPool:
@@ -38,7 +38,7 @@ def _reference(pool: KVPool, q, index, mask):
     return F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask[:, None, None]), scores.logsumexp(-1)
 
 
-@pytest.mark.parametrize("kv_heads,rep,d", [(2, 3, 64), (1, 4, 16), (3, 1, 32), (2, 8, 8)])
+@pytest.mark.parametrize("kv_heads,rep,d", [(2, 3, 64), (1, 4, 16), (3, 1, 32), (2, 8, 16), (2, 2, 128), (1, 3, 96)])
 @pytest.mark.parametrize("rows,keys", [(1, 1), (7, 37), (16, 300)])
 def test_matches_gather_then_sdpa(kv_heads, rep, d, rows, keys):
     g = torch.Generator().manual_seed(rows * keys + rep)
@@ -147,12 +147,74 @@ def test_a_forked_child_splits_rows_on_threads_of_its_own(monkeypatch):
         torch.set_num_threads(threads)
 
 
-def test_float32_and_int8_cpu_pools_use_it(monkeypatch):
-    assert paged_decode.use(KVPool(1, 4, 4, 2, 8))
-    assert paged_decode.use(KVPool(1, 4, 4, 2, 8, dtype="int8"))
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 8, model_dtype=torch.bfloat16))
+def _half_pool(dtype: torch.dtype, kv_heads: int, d: int) -> KVPool:
+    f32 = _pool(kv_heads, d)
+    pool = KVPool(1, 256, 4, kv_heads, d, model_dtype=dtype)
+    pool.write(0, torch.arange(1024), f32.k[0].to(dtype), f32.v[0].to(dtype))
+    return pool
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kv_heads,rep,d", [(2, 3, 64), (1, 4, 16)])
+def test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, kv_heads, rep, d):
+    """A bfloat16 or float16 pool is read as stored and widened exactly: the same as SDPA in
+    float32 over the gathered keys and values cast to float32."""
+    g = torch.Generator().manual_seed(d + rep)
+    pool = _half_pool(dtype, kv_heads, d)
+    index = torch.stack([torch.randperm(1024, generator=g)[:300] for _ in range(9)])
+    mask = torch.arange(300)[None] < torch.randint(1, 301, (9,), generator=g)[:, None]
+    q = torch.randn(9, kv_heads, rep, d, generator=g) * 2
+    out, lse = paged_decode.attend(pool, 0, q, index, mask)
+    widened = KVPool(1, 256, 4, kv_heads, d)
+    widened.write(0, torch.arange(1024), pool.k[0].float(), pool.v[0].float())
+    ref, ref_lse = _reference(widened, q, index, mask)
+    torch.testing.assert_close(out, ref, atol=TOL, rtol=1e-5)
+    torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
+    assert not torch.equal(pool.k[0].float(), _pool(kv_heads, d).k[0])  # the pool did round
+
+
+def test_which_cpu_pools_use_it(monkeypatch):
+    for options in ({}, {"dtype": "int8"}, {"model_dtype": torch.bfloat16}, {"model_dtype": torch.float16}):
+        assert paged_decode.use(KVPool(1, 4, 4, 2, 16, **options))
+    assert not paged_decode.use(KVPool(1, 4, 4, 2, 8))  # head dims are multiples of 16
+    assert not paged_decode.use(KVPool(1, 4, 4, 2, 16, model_dtype=torch.float64))
     monkeypatch.setattr(paged_decode, "ENABLED", False)
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 8))
+    assert not paged_decode.use(KVPool(1, 4, 4, 2, 16))
+
+
+def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
+    """The first use compiles into the cache folder; a later process loads what is there."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    paged_decode._kernel.cache_clear()
+    try:
+        assert paged_decode._kernel() is not None
+        built = list((tmp_path / "tempering").glob("paged_decode-*.so"))
+        assert len(built) == 1
+        stamp = built[0].stat().st_mtime_ns
+        paged_decode._kernel.cache_clear()
+        assert paged_decode._kernel() is not None
+        assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
+        assert list((tmp_path / "tempering").iterdir()) == built  # no temporary file left behind
+    finally:
+        paged_decode._kernel.cache_clear()
+
+
+def test_without_a_compiler_the_engine_gathers_and_says_why(tmp_path, monkeypatch, model):
+    """A compiler that fails: one warning naming it, `use` is False, and the engine still decodes
+    (gather + SDPA) to the same tokens."""
+    prompts = random_prompts(3, 10, 40, seed=4)
+    greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    expected = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # exits 1 for anything
+    paged_decode._kernel.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="false could not build paged_decode.c"):
+            assert not paged_decode.use(KVPool(1, 4, 4, 2, 16))
+        got = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
+        assert got == expected
+    finally:
+        paged_decode._kernel.cache_clear()
 
 
 SPARSE = {"sparse_topk": 1, "sparse_local_blocks": 1, "max_batched_tokens": 48, "max_batch_size": 8}
