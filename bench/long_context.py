@@ -107,7 +107,7 @@ def distributions(llm: LLM, prompt: list[int], probes: list[int]) -> torch.Tenso
         hook.remove()
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", default="8192,32768,131072,1048576")
     ap.add_argument("--dense-max", type=int, default=32768)
@@ -142,7 +142,11 @@ def main() -> None:
                     help="multiplies q_proj and k_proj: > 1 concentrates a random-init model's attention")
     ap.add_argument("--logit-scale", type=float, default=30.0,
                     help="multiplies lm_head: a random-init model's distributions are nearly flat otherwise")
-    args = ap.parse_args()
+    return ap
+
+
+def checked_lengths(ap: argparse.ArgumentParser, args) -> list[int]:
+    """The options' combinations checked (one-line errors); the prompt lengths."""
     if args.text and not args.model:
         ap.error("--text needs --model (its tokenizer)")
     if args.text and args.ids:
@@ -161,18 +165,98 @@ def main() -> None:
     for option in ("dense_max", "block", "chunk", "probes", "threads"):
         if getattr(args, option) < 1:
             ap.error(f"--{option.replace('_', '-')}: expected an integer >= 1, got {getattr(args, option)}")
-    torch.set_num_threads(args.threads)
-    if args.model or args.needle:  # a trained or wired model: its own attention and distributions, nothing scaled
-        model = load_hf(args.model).eval() if args.model else needle_model(
-            max(lengths) + NEW_TOKENS + args.block, noise=args.needle_noise)
+    return lengths
+
+
+def bench_model(args, max_len: int):
+    """A trained (--model) or wired (--needle) model as it is; else the random-init one, its
+    attention and next-token distributions sharpened by --qk-scale and --logit-scale."""
+    if args.model or args.needle:
+        model = load_hf(args.model).eval() if args.model else needle_model(max_len, noise=args.needle_noise)
         args.logit_scale = args.qk_scale = 1.0
-    else:
-        model = build_model(arch(max(lengths) + NEW_TOKENS + args.block), seed=0).eval()
+        return model
+    model = build_model(arch(max_len), seed=0).eval()
     with torch.no_grad():  # peaked next-token distributions, as a trained model's are (see entropy_nats)
         model.lm_head.weight.mul_(args.logit_scale)
         for layer in model.model.layers:  # peaked attention, as a trained model's mostly is
             layer.self_attn.q_proj.weight.mul_(args.qk_scale)
             layer.self_attn.k_proj.weight.mul_(args.qk_scale)
+    return model
+
+
+def given_ids(ap: argparse.ArgumentParser, args, vocab_size: int) -> tuple[list[int], list[int]]:
+    """The prompt's token ids from --text or --ids (to be repeated), and the --probe-at positions."""
+    text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []
+    if args.ids:
+        text_ids = read_json(ap, args.ids, "--ids")
+        if not text_ids or not all(isinstance(t, int) and 0 <= t < vocab_size for t in text_ids):
+            ap.error(f"--ids {args.ids}: not a non-empty JSON list of token ids below the vocabulary size {vocab_size}")
+    probe_at = read_json(ap, args.probe_at, "--probe-at") if args.probe_at else []
+    if args.probe_at and not (text_ids and all(isinstance(p, int) and p > 0 for p in probe_at)):
+        ap.error(f"--probe-at {args.probe_at}: needs --ids or --text, and a JSON list of positive positions")
+    return text_ids, probe_at
+
+
+def prompt_and_probes(ap: argparse.ArgumentParser, args, length: int, vocab_size: int, text_ids: list[int],
+                      probe_at: list[int]) -> tuple[list[int], list[int]]:
+    """A `length`-token prompt and the positions probed in its second half."""
+    if args.needle:
+        try:
+            doc = haystack(length, args.probes)
+        except ValueError as e:
+            ap.error(f"--needle: {e}")
+        return doc.ids, doc.probes
+    if text_ids:  # the text (ids) repeated to the length (a trained model reads text, not random ids)
+        prompt = (text_ids * (length // len(text_ids) + 1))[:length]
+    else:
+        prompt = torch.randint(0, vocab_size, (length,), generator=torch.Generator().manual_seed(length)).tolist()
+    if probe_at:
+        probes = [p for p in probe_at if length // 2 <= p < length][: args.probes]
+        if not probes:
+            ap.error(f"--probe-at {args.probe_at}: no position in the second half of the {length}-token prompt")
+        return prompt, probes
+    # prefixes ending on block boundaries, so each probe's prefill reuses the one before
+    return prompt, sorted({(length // 2 + i * (length // 2) // args.probes) // args.block * args.block
+                           for i in range(args.probes)})
+
+
+def measure(model, args, length: int, prompt: list[int], probes: list[int], known: bool) -> dict:
+    """One length's row: each mode's prefill and decode, and where both modes ran (or the
+    answers are `known`), their next-token distributions at the probes compared."""
+    row: dict = {}
+    dists = {}
+    for mode in ("dense", "sparse"):
+        if mode == "dense" and length > args.dense_max:
+            continue
+        llm = engine(model, length, args, mode == "sparse")
+        row[mode] = prefill_and_decode(llm, prompt)
+        if "dense" in row or args.needle:
+            llm = engine(model, length, args, mode == "sparse")  # a fresh cache: probes prefill anew
+            dists[mode] = distributions(llm, prompt, probes)
+        row[mode]["peak_rss_gib"] = round(rss_gib(), 3)
+        del llm
+    if len(dists) == 2:
+        d, s = dists["dense"], dists["sparse"]
+        row["sparse"]["top1_agreement"] = round(float((d.argmax(-1) == s.argmax(-1)).float().mean()), 4)
+        row["sparse"]["kl"] = round(float((d.exp() * (d - s)).sum(-1).mean()), 6)
+        # how peaked the dense distributions are: top-1 agreement means little when they are flat
+        row["dense"]["entropy_nats"] = round(float(-(d.exp() * d).sum(-1).mean()), 3)
+        row["sparse"]["probes"] = len(probes)
+    if known:  # the right next token is known: how often each mode predicts it
+        truth = torch.tensor([prompt[p] for p in probes])
+        for mode, dist in dists.items():
+            row[mode]["next_token_accuracy"] = round(float((dist.argmax(-1) == truth).float().mean()), 4)
+            row[mode]["probes"] = len(probes)
+    return row
+
+
+def main() -> None:
+    ap = parser()
+    args = ap.parse_args()
+    lengths = checked_lengths(ap, args)
+    torch.set_num_threads(args.threads)
+    model = bench_model(args, max(lengths) + NEW_TOKENS + args.block)
+    vocab = model.arch.vocab_size
     report: dict = {"model": {"parameters": sum(p.numel() for p in model.parameters()), "threads": args.threads,
                               "path": args.model or (f"needle (noise {args.needle_noise})" if args.needle else None),
                               "logit_scale": args.logit_scale, "qk_scale": args.qk_scale},
@@ -180,58 +264,10 @@ def main() -> None:
                                "rest_group": args.rest_group,
                                "kv_dtype": args.kv_dtype, "offload": bool(args.offload_dir)},
                     "lengths": {}}
-    text_ids = load_tokenizer(args.model).encode(Path(args.text).read_text()) if args.text else []
-    if args.ids:
-        text_ids = read_json(ap, args.ids, "--ids")
-        if not text_ids or not all(isinstance(t, int) and 0 <= t < model.arch.vocab_size for t in text_ids):
-            ap.error(f"--ids {args.ids}: not a non-empty JSON list of token ids below the vocabulary size "
-                     f"{model.arch.vocab_size}")
-    probe_at = read_json(ap, args.probe_at, "--probe-at") if args.probe_at else []
-    if args.probe_at and not (text_ids and all(isinstance(p, int) and p > 0 for p in probe_at)):
-        ap.error(f"--probe-at {args.probe_at}: needs --ids or --text, and a JSON list of positive positions")
+    text_ids, probe_at = given_ids(ap, args, vocab)
     for length in lengths:
-        g = torch.Generator().manual_seed(length)
-        if text_ids:  # the text (ids) repeated to the length (a trained model reads text, not random ids)
-            prompt = (text_ids * (length // len(text_ids) + 1))[:length]
-        else:
-            prompt = torch.randint(0, model.arch.vocab_size, (length,), generator=g).tolist()
-        # prefixes ending on block boundaries, so each probe's prefill reuses the one before
-        probes = sorted({(length // 2 + i * (length // 2) // args.probes) // args.block * args.block
-                         for i in range(args.probes)})
-        if args.needle:
-            try:
-                doc = haystack(length, args.probes)
-            except ValueError as e:
-                ap.error(f"--needle: {e}")
-            prompt, probes = doc.ids, doc.probes
-        if probe_at:
-            probes = [p for p in probe_at if length // 2 <= p < length][: args.probes]
-            if not probes:
-                ap.error(f"--probe-at {args.probe_at}: no position in the second half of the {length}-token prompt")
-        row: dict = {}
-        dists = {}
-        for mode in ("dense", "sparse"):
-            if mode == "dense" and length > args.dense_max:
-                continue
-            llm = engine(model, length, args, mode == "sparse")
-            row[mode] = prefill_and_decode(llm, prompt)
-            if "dense" in row or args.needle:
-                llm = engine(model, length, args, mode == "sparse")  # a fresh cache: probes prefill anew
-                dists[mode] = distributions(llm, prompt, probes)
-            row[mode]["peak_rss_gib"] = round(rss_gib(), 3)
-            del llm
-        if len(dists) == 2:
-            d, s = dists["dense"], dists["sparse"]
-            row["sparse"]["top1_agreement"] = round(float((d.argmax(-1) == s.argmax(-1)).float().mean()), 4)
-            row["sparse"]["kl"] = round(float((d.exp() * (d - s)).sum(-1).mean()), 6)
-            # how peaked the dense distributions are: top-1 agreement means little when they are flat
-            row["dense"]["entropy_nats"] = round(float(-(d.exp() * d).sum(-1).mean()), 3)
-            row["sparse"]["probes"] = len(probes)
-        if probe_at or args.needle:  # the right next token is known: how often each mode predicts it
-            truth = torch.tensor([prompt[p] for p in probes])
-            for mode, dist in dists.items():
-                row[mode]["next_token_accuracy"] = round(float((dist.argmax(-1) == truth).float().mean()), 4)
-                row[mode]["probes"] = len(probes)
+        prompt, probes = prompt_and_probes(ap, args, length, vocab, text_ids, probe_at)
+        row = measure(model, args, length, prompt, probes, known=bool(probe_at) or args.needle)
         report["lengths"][str(length)] = row
         print(json.dumps({"done": length, **row}), file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2))
