@@ -18,6 +18,7 @@ is 0, then loads; the load ends the hold. When to load is the caller's choice
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from dataclasses import fields, replace
@@ -42,6 +43,15 @@ from tempering.models import Decoder
 _CONFIG_NAMES = {f.name for f in fields(EngineConfig)}
 
 
+def _in_dtype(model: Decoder, dtype: str) -> Decoder:
+    """The model in `engine.dtype`: itself where it already is ("auto": always), else a cast
+    copy (the caller's model, e.g. a trainer's, is left as it is)."""
+    want = None if dtype == "auto" else getattr(torch, dtype)
+    if want is None or next(model.parameters()).dtype == want:
+        return model
+    return copy.deepcopy(model).to(want)
+
+
 class LLM:
     def __init__(self, model: Decoder, tokenizer=None, config: EngineConfig | None = None,
                  eos_token_ids: Seq[int] = (), *, version: int = 0, **overrides):
@@ -55,6 +65,7 @@ class LLM:
         if cfg.max_batched_tokens < cfg.max_batch_size:
             raise ValueError(f"LLM: max_batched_tokens ({cfg.max_batched_tokens}) must be >= max_batch_size "
                              f"({cfg.max_batch_size}) so every running sequence can decode each step")
+        model = _in_dtype(model, cfg.dtype)
         self.cfg, self.model, self.tokenizer = cfg, model.eval(), tokenizer
         eos = list(eos_token_ids) or ([tokenizer.eos_id] if tokenizer is not None else [])
         self.eos_token_ids = frozenset(eos)
@@ -102,9 +113,10 @@ class LLM:
 
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy `state` (names as in the decoder's state_dict) into the engine's model. No KV of
-        the old policy is used again: running and swapped sequences are recomputed, the prefix cache is
-        emptied (also when only the version number changes: the version is the cache's salt)."""
+        """Copy `state` (names as in the decoder's state_dict) into the engine's model, cast to its
+        dtype. No KV of the old policy is used again: running and swapped sequences are recomputed,
+        the prefix cache is emptied (also when only the version number changes: the version is the
+        cache's salt)."""
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:

@@ -129,7 +129,9 @@ def _engine(spec: RolloutSpec, tokenizer, replica: int) -> LLM | VLLMEngine:
     if spec.engine.backend == "vllm":
         return VLLMEngine(Decoder(spec.arch), tokenizer, spec.engine, version=-1,
                           seed=spec.seed + spec.first_batch + 7919 * replica)
-    return LLM(Decoder(spec.arch), tokenizer, spec.engine, version=-1)
+    model = Decoder(spec.arch)  # built in engine.dtype here, so the engine casts no copy of it
+    return LLM(model if spec.engine.dtype == "auto" else model.to(getattr(torch, spec.engine.dtype)),
+               tokenizer, spec.engine, version=-1)
 
 
 class Worker:
