@@ -46,6 +46,7 @@ import hashlib
 import math
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -98,11 +99,12 @@ def _cpu_flags() -> bytes:
         return platform.processor().encode()
 
 
-def _build(compiler: str) -> Path:
-    """The shared object for this source, compiler and CPU: cached, else compiled (with
-    -march=native, or without where the compiler refuses it). Raises RuntimeError on failure."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, timeout=BUILD_TIMEOUT_S).stdout
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), compiler.encode(), version, " ".join(FLAGS).encode(),
+def _build(compiler: list[str]) -> Path:
+    """The shared object for this source, compiler (a command: $CC may carry flags) and CPU:
+    cached, else compiled (with -march=native, or without where the compiler refuses it). Raises
+    RuntimeError on failure."""
+    version = subprocess.run([*compiler, "--version"], capture_output=True, timeout=BUILD_TIMEOUT_S).stdout
+    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), " ".join(compiler).encode(), version, " ".join(FLAGS).encode(),
                                      platform.machine().encode(), _cpu_flags()])).hexdigest()[:16]
     target = _cache_dir() / f"paged_decode-{key}.so"
     if target.exists():
@@ -112,7 +114,7 @@ def _build(compiler: str) -> Path:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
         os.close(fd)
         try:
-            done = subprocess.run([compiler, *FLAGS, *extra, str(SOURCE), "-o", tmp, "-lm"],
+            done = subprocess.run([*compiler, *FLAGS, *extra, str(SOURCE), "-o", tmp, "-lm"],
                                   capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             done = None
@@ -122,13 +124,14 @@ def _build(compiler: str) -> Path:
         os.unlink(tmp)
         errors.append(f"timed out after {BUILD_TIMEOUT_S:.0f} s" if done is None
                       else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
-    raise RuntimeError(f"{compiler} could not build {SOURCE.name}: {errors[-1]}")
+    raise RuntimeError(f"{' '.join(compiler)} could not build {SOURCE.name}: {errors[-1]}")
 
 
 @functools.lru_cache(maxsize=1)
 def _kernel():
     """The built kernel's `decode`, or None (with one warning) where it cannot be built here."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = shlex.split(os.environ.get("CC", "")) or ([found] if found else [])
     try:
         if not compiler:
             raise RuntimeError("no C compiler (cc, gcc, clang or $CC) on this machine")

@@ -1,6 +1,7 @@
 """Decode attention from the paged pool (`paged_decode`) against gather + SDPA, kernel and engine."""
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -183,8 +184,10 @@ def test_which_cpu_pools_use_it(monkeypatch):
 
 
 def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
-    """The first use compiles into the cache folder; a later process loads what is there."""
+    """The first use compiles into the cache folder; a later process loads what is there. $CC
+    may be a command with flags, as build environments often set it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -Wall")
     paged_decode._kernel.cache_clear()
     try:
         assert paged_decode._kernel() is not None
