@@ -55,9 +55,11 @@ def test_auto_and_the_same_dtype_use_the_model_itself(model):
     assert LLM(model, max_seq_len=64, dtype="float32").model is model
 
 
-def test_an_unknown_dtype_is_a_config_error():
+def test_an_unknown_dtype_or_one_for_the_vllm_backend_is_a_config_error():
     with pytest.raises(ConfigError, match="engine.dtype"):
         EngineConfig(dtype="int4")
+    with pytest.raises(ConfigError, match="engine.dtype: expected 'auto' with engine.backend = 'vllm'"):
+        EngineConfig(backend="vllm", dtype="bfloat16")  # vLLM takes its dtype from the model
 
 
 def test_the_rollout_workers_engine_is_built_in_its_dtype_and_syncs_fp32_weights():
