@@ -43,10 +43,15 @@ from tempering.models import Decoder
 _CONFIG_NAMES = {f.name for f in fields(EngineConfig)}
 
 
+def torch_dtype(dtype: str) -> torch.dtype | None:
+    """`engine.dtype` as a torch dtype; None for "auto" (the model's own)."""
+    return None if dtype == "auto" else getattr(torch, dtype)
+
+
 def _in_dtype(model: Decoder, dtype: str) -> Decoder:
     """The model in `engine.dtype`: itself where it already is ("auto": always), else a cast
     copy (the caller's model, e.g. a trainer's, is left as it is)."""
-    want = None if dtype == "auto" else getattr(torch, dtype)
+    want = torch_dtype(dtype)
     if want is None or next(model.parameters()).dtype == want:
         return model
     return copy.deepcopy(model).to(want)

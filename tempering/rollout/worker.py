@@ -30,6 +30,7 @@ import torch
 
 from tempering.config import EngineConfig, RewardConfig, RolloutConfig, SandboxConfig, SchedulerConfig
 from tempering.engine import LLM, SamplingParams
+from tempering.engine.llm_engine import torch_dtype
 from tempering.engine.vllm_backend import VLLMEngine
 from tempering.evaluation import summarize
 from tempering.models import Arch, Decoder
@@ -130,8 +131,8 @@ def _engine(spec: RolloutSpec, tokenizer, replica: int) -> LLM | VLLMEngine:
         return VLLMEngine(Decoder(spec.arch), tokenizer, spec.engine, version=-1,
                           seed=spec.seed + spec.first_batch + 7919 * replica)
     model = Decoder(spec.arch)  # built in engine.dtype here, so the engine casts no copy of it
-    return LLM(model if spec.engine.dtype == "auto" else model.to(getattr(torch, spec.engine.dtype)),
-               tokenizer, spec.engine, version=-1)
+    dtype = torch_dtype(spec.engine.dtype)
+    return LLM(model if dtype is None else model.to(dtype), tokenizer, spec.engine, version=-1)
 
 
 class Worker:
