@@ -3,27 +3,41 @@
    the kernel computes and how it was measured.
 
    A row (one sequence's queries: kvh kv heads x rep query heads each) goes over its slots in chunks
-   of 16 live ones. A float32 pool's rows are read in place; an int8 pool's (times their fp16
-   scales), a bfloat16 or a float16 pool's are first widened to float32 in a small buffer. Then,
-   per query head: the chunk's 16 dot products, summed as one vector (no per-key horizontal
-   sum), their max, one rescale of what was summed under the old max, 16 exps as one vector, and
-   the chunk's weighted values. Vectors are GCC/Clang vector extensions of 16 floats, which the
-   compiler maps to what the machine has (AVX-512, AVX2, NEON). Head dims are multiples of 16. */
+   of W live ones (W = 8 or 16 floats, one vector: see below). A float32 pool's rows are read in
+   place; an int8 pool's (times their fp16 scales), a bfloat16 or a float16 pool's are first
+   widened to float32 in a small buffer. Then, per query head: the chunk's W dot products, summed
+   as one vector by pairwise halving as they come (no per-key horizontal sum), their max, one
+   rescale of what was summed under the old max, W exps as one vector, and the chunk's weighted
+   values; meanwhile a share of the next chunk's cache lines is prefetched. Vectors are GCC/Clang
+   vector extensions, which the compiler maps to what the machine has (AVX-512, AVX2, NEON).
+   Head dims are multiples of 16. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4)));
-typedef int32_t i16v __attribute__((vector_size(64)));
+/* W floats per vector: 16 where the machine has AVX-512 (32 registers of 16), else 8 (AVX2's
+   16 registers of 8; NEON's 32 of 4). A chunk is W live slots, so its scores are one vector. */
+#ifndef W /* -DW=8 or -DW=16 picks one (the tests build both) */
+#if defined(__AVX512F__)
+#define W 16
+#else
+#define W 8
+#endif
+#endif
+#if W != 8 && W != 16
+#error "W must be 8 or 16"
+#endif
+#define CH W
+
+typedef float vf __attribute__((vector_size(4 * W)));
+typedef float vfu __attribute__((vector_size(4 * W), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(4 * W)));
 
 #if defined(__clang__)
 #define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 #else
-#define SHUF(a, b, ...) __builtin_shuffle(a, b, (i16v){__VA_ARGS__})
+#define SHUF(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
 #endif
-
-#define CH 16 /* live slots per chunk: one vector of scores */
 
 enum { F32 = 0, I8 = 1, BF16 = 2, F16 = 3 };
 
@@ -39,7 +53,7 @@ typedef struct {      /* mirrors paged_decode.py's _Args */
   int32_t dtype;
 } Args;
 
-static inline v16 ld(const float *p) { return *(const v16u *)p; }
+static inline vf ld(const float *p) { return *(const vfu *)p; }
 
 /* fp16 bits -> float32, exactly (zero, subnormal, normal, inf, nan) */
 static inline float half_to_float(uint16_t h) {
@@ -72,57 +86,103 @@ static inline void widen(const void *src, int64_t at, int dtype, float scale, fl
   }
 }
 
-/* exp(x) for x <= 0, 16 lanes: 2^n 2^f with Cephes' exp2f polynomial for f in [-0.5, 0.5];
+/* exp(x) for x <= 0, W lanes: 2^n 2^f with Cephes' exp2f polynomial for f in [-0.5, 0.5];
    lanes below -87 (-inf included) are exactly 0 */
-static inline v16 vexp(v16 x) {
-  i16v under = (i16v)(x < -87.0f);
-  x = (v16)(~under & (i16v)x);
-  v16 t = x * 1.44269504088896341f;
-  i16v n = __builtin_convertvector(t - 0.5f, i16v); /* t <= 0: toward zero is to nearest */
-  v16 f = t - __builtin_convertvector(n, v16);
-  v16 p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
+static inline vf vexp(vf x) {
+  vi under = (vi)(x < -87.0f);
+  x = (vf)(~under & (vi)x);
+  vf t = x * 1.44269504088896341f;
+  vi n = __builtin_convertvector(t - 0.5f, vi); /* t <= 0: toward zero is to nearest */
+  vf f = t - __builtin_convertvector(n, vf);
+  vf p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
   p = p * f + 9.618437357674640e-3f;
   p = p * f + 5.550332471162809e-2f;
   p = p * f + 2.402264791363012e-1f;
   p = p * f + 6.931472028550421e-1f;
   p = p * f + 1.0f;
-  return (v16)(((i16v)p + (n << 23)) & ~under);
+  return (vf)(((vi)p + (n << 23)) & ~under);
 }
 
-static inline v16 vmax2(v16 a, v16 b) { /* lanewise max (C has no ?: on vectors) */
-  i16v more = (i16v)(a > b);
-  return (v16)((more & (i16v)a) | (~more & (i16v)b));
+/* exp(x) for one x <= 0: vexp's lane 0 (libm's expf, a call per chunk and query head, took 8%
+   of the kernel) */
+static inline float sexp(float x) { return vexp((vf){x})[0]; }
+
+static inline vf vmax2(vf a, vf b) { /* lanewise max (C has no ?: on vectors) */
+  vi more = (vi)(a > b);
+  return (vf)((more & (vi)a) | (~more & (vi)b));
 }
 
-static inline float vmax(v16 x) {
-  v16 a = vmax2(x, SHUF(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-  a = vmax2(a, SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-  a = vmax2(a, SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-  return a[0] > a[1] ? a[0] : a[1];
+/* Pairwise halving. Each level takes two vectors whose lanes hold, per key, G partial sums side
+   by side (in key order), and returns one holding G/2 per key for the keys of both, in order:
+   the first and second halves of each key's group added. Level 1 (G = W) starts from one dot
+   product's lanes per vector; the last level leaves lane c = key c's whole sum. */
+#if W == 16
+static inline vf L1(vf x, vf y) {
+  return SHUF(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+         SHUF(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+}
+static inline vf L2(vf x, vf y) {
+  return SHUF(x, y, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+         SHUF(x, y, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+}
+static inline vf L3(vf x, vf y) {
+  return SHUF(x, y, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+         SHUF(x, y, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+}
+static inline vf L4(vf x, vf y) {
+  return SHUF(x, y, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         SHUF(x, y, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
+#define HALF(a) SHUF(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
+#define QUARTER(a) SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)
+#define EIGHTH(a) SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13)
+#else
+static inline vf L2(vf x, vf y) { return SHUF(x, y, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(x, y, 4, 5, 6, 7, 12, 13, 14, 15); }
+static inline vf L3(vf x, vf y) { return SHUF(x, y, 0, 1, 4, 5, 8, 9, 12, 13) + SHUF(x, y, 2, 3, 6, 7, 10, 11, 14, 15); }
+static inline vf L4(vf x, vf y) { return SHUF(x, y, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(x, y, 1, 3, 5, 7, 9, 11, 13, 15); }
+#define QUARTER(a) SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3)
+#define EIGHTH(a) SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5)
+#endif
+
+static inline float vmax(vf x) { /* the largest lane */
+#if W == 16
+  x = vmax2(x, HALF(x));
+#endif
+  x = vmax2(x, QUARTER(x));
+  x = vmax2(x, EIGHTH(x));
+  return x[0] > x[1] ? x[0] : x[1];
 }
 
-static inline float vsum(v16 x) {
-  v16 a = x + SHUF(x, x, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-  a += SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-  a += SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-  return a[0] + a[1];
+static inline float vsum(vf x) {
+#if W == 16
+  x += HALF(x);
+#endif
+  x += QUARTER(x);
+  x += EIGHTH(x);
+  return x[0] + x[1];
 }
 
-/* lane c of the result = the sum of t[c]'s lanes: 16 sums at once, by pairwise halving */
-static inline v16 sums16(const v16 *t) {
-  v16 a[8], b[4], c[2];
-  for (int i = 0; i < 8; i++)
-    a[i] = SHUF(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23)
-         + SHUF(t[2 * i], t[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  for (int i = 0; i < 4; i++)
-    b[i] = SHUF(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27)
-         + SHUF(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  for (int i = 0; i < 2; i++)
-    c[i] = SHUF(b[2 * i], b[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29)
-         + SHUF(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-  return SHUF(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30)
-       + SHUF(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+/* A key's dot product with a query head, left in W lanes (two sums, so the FMAs of a key do not
+   wait one on another). V = d / W. */
+static inline vf dot(const vf *q, const float *k, int64_t V) {
+  vf t0 = {0}, t1 = {0};
+  for (int64_t i = 0; i + 1 < V; i += 2) {
+    t0 += q[i] * ld(k + W * i);
+    t1 += q[i + 1] * ld(k + W * (i + 1));
+  }
+  if (V & 1) t0 += q[V - 1] * ld(k + W * (V - 1));
+  return t0 + t1;
 }
+
+/* A chunk's W scores of one query head as one vector, the halving done as the dot products come
+   (a tree, not all W of them held at once: AVX2 has 16 registers). */
+#define D(c) dot(qp, kh[c], nv)
+#if W == 16
+#define SCORES() L4(L3(L2(L1(D(0), D(1)), L1(D(2), D(3))), L2(L1(D(4), D(5)), L1(D(6), D(7)))), \
+                    L3(L2(L1(D(8), D(9)), L1(D(10), D(11))), L2(L1(D(12), D(13)), L1(D(14), D(15)))))
+#else
+#define SCORES() L4(L3(L2(D(0), D(1)), L2(D(2), D(3))), L3(L2(D(4), D(5)), L2(D(6), D(7))))
+#endif
 
 /* Point k[h * CH + c], v[...] at chunk slot c's key and value of kv head h as float32: in the
    pool itself, or widened into kb, vb (kvh * CH * d floats each). */
@@ -150,11 +210,32 @@ static void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, fl
     }
 }
 
-/* One row; V, the head dim's count of 16-float vectors, is a literal where it can be (so a
-   head's query and output stay in registers). scratch: (kvh*rep + 2*kvh*CH) * d floats. */
-#define ROW(NAME, V)                                                                           \
+/* Ask for part `part` of `parts` of the cache lines of the keys and values of index entries
+   [j, j + count) (masked or not) before they are needed: without this each new key's first load
+   waits on memory. In parts, spread over the chunk's query heads: a burst of them at once fills
+   the core's miss buffers and stalls the loads the arithmetic needs (measured: no gain). Always
+   inlined: GCC takes a function of prefetches alone for one without effects and drops the call. */
+static inline __attribute__((always_inline)) void prefetch(const Args *a, const int64_t *idx, int64_t j,
+                                                           int64_t count, int64_t part, int64_t parts) {
+  const int64_t size = a->dtype == F32 ? 4 : a->dtype == I8 ? 1 : 2, row = a->kvh * a->d * size;
+  const int64_t lines = (row + 63) / 64, total = count * lines, from = part * total / parts;
+  const int64_t end = j + count < a->keys ? j + count : a->keys;
+  int64_t e = j + from / lines, b = from % lines;
+  for (int64_t x = from; x < (part + 1) * total / parts && e < end; x++) {
+    __builtin_prefetch((const char *)a->k + idx[e] * row + b * 64);
+    __builtin_prefetch((const char *)a->v + idx[e] * row + b * 64);
+    if (++b == lines) {
+      b = 0;
+      e++;
+    }
+  }
+}
+
+/* One row; V, the head dim's count of vectors, is a literal where it can be (so a head's query
+   and output stay in registers). scratch: (kvh*rep + 2*kvh*CH) * d floats. */
+#define ROW(NAME, V)                                                                               \
   static void NAME(const Args *a, float *scratch, int64_t r) {                                     \
-    const int64_t d = a->d, kvh = a->kvh, rep = a->rep, heads = kvh * rep;            \
+    const int64_t d = a->d, kvh = a->kvh, rep = a->rep, heads = kvh * rep, nv = V;                 \
     const int64_t *idx = a->index + r * a->keys;                                                   \
     const uint8_t *live = a->mask + r * a->keys;                                                   \
     const float *q = a->q + r * heads * d;                                                         \
@@ -173,41 +254,38 @@ static void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, fl
         if (live[j]) slots[n++] = idx[j];                                                          \
       if (!n) break;                                                                               \
       load_chunk(a, slots, n, kb, vb, kp, vp);                                                     \
+      for (int64_t h = 0; h < kvh; h++) /* a short chunk's missing keys: any real one, masked */   \
+        for (int c = n; c < CH; c++) kp[h * CH + c] = kp[h * CH];                                  \
       for (int64_t p = 0; p < heads; p++) {                                                        \
         const float *const *kh = kp + (p / rep) * CH, *const *vh = vp + (p / rep) * CH;            \
-        v16 qp[V], part[CH], o[V];                                                                 \
-        for (int64_t i = 0; i < V; i++) qp[i] = ld(q + p * d + 16 * i) * a->scale;                 \
-        for (int c = 0; c < CH; c++) {                                                             \
-          v16 t = {0};                                                                             \
-          if (c < n)                                                                               \
-            for (int64_t i = 0; i < V; i++) t += qp[i] * ld(kh[c] + 16 * i);                       \
-          part[c] = t;                                                                             \
-        }                                                                                          \
-        v16 s = sums16(part);                                                                      \
+        vf qp[V], o[V];                                                                            \
+        prefetch(a, idx, j, CH, p, heads); /* the next chunk's entries */                          \
+        for (int64_t i = 0; i < V; i++) qp[i] = ld(q + p * d + W * i);                             \
+        vf s = SCORES() * a->scale;                                                                \
         for (int c = n; c < CH; c++) s[c] = -INFINITY;                                             \
         float m = vmax(s);                                                                         \
         m = m > top[p] ? m : top[p];                                                               \
-        float corr = top[p] == -INFINITY ? 0.f : expf(top[p] - m);                                 \
+        float corr = top[p] == -INFINITY ? 0.f : sexp(top[p] - m);                                 \
         top[p] = m;                                                                                \
-        v16 w = vexp(s - m);                                                                       \
+        vf w = vexp(s - m);                                                                        \
         total[p] = total[p] * corr + vsum(w);                                                      \
-        for (int64_t i = 0; i < V; i++) o[i] = ld(acc + p * d + 16 * i) * corr;                    \
+        for (int64_t i = 0; i < V; i++) o[i] = ld(acc + p * d + W * i) * corr;                     \
         for (int c = 0; c < n; c++)                                                                \
-          for (int64_t i = 0; i < V; i++) o[i] += w[c] * ld(vh[c] + 16 * i);                       \
-        for (int64_t i = 0; i < V; i++) *(v16u *)(acc + p * d + 16 * i) = o[i];                    \
+          for (int64_t i = 0; i < V; i++) o[i] += w[c] * ld(vh[c] + W * i);                        \
+        for (int64_t i = 0; i < V; i++) *(vfu *)(acc + p * d + W * i) = o[i];                      \
       }                                                                                            \
     }                                                                                              \
     for (int64_t p = 0; p < heads; p++) {                                                          \
       float inv = 1.f / total[p];                                                                  \
       for (int64_t i = 0; i < V; i++)                                                              \
-        *(v16u *)(a->out + (r * heads + p) * d + 16 * i) = ld(acc + p * d + 16 * i) * inv;         \
+        *(vfu *)(a->out + (r * heads + p) * d + W * i) = ld(acc + p * d + W * i) * inv;            \
       a->lse[r * heads + p] = top[p] + logf(total[p]);                                             \
     }                                                                                              \
   }
 
-ROW(row64, 4)
-ROW(row128, 8)
-ROW(row_any, a->d / 16)
+ROW(row64, 64 / W)
+ROW(row128, 128 / W)
+ROW(row_any, a->d / W)
 
 /* Rows [r0, r1). Returns 0, or -1 for a head dim that is not a multiple of 16 (paged_decode.py
    checks first). */

@@ -42,6 +42,10 @@ def _reference(pool: KVPool, q, index, mask):
 @pytest.mark.parametrize("kv_heads,rep,d", [(2, 3, 64), (1, 4, 16), (3, 1, 32), (2, 8, 16), (2, 2, 128), (1, 3, 96)])
 @pytest.mark.parametrize("rows,keys", [(1, 1), (7, 37), (16, 300)])
 def test_matches_gather_then_sdpa(kv_heads, rep, d, rows, keys):
+    _check_against_sdpa(kv_heads, rep, d, rows, keys)
+
+
+def _check_against_sdpa(kv_heads, rep, d, rows, keys):
     g = torch.Generator().manual_seed(rows * keys + rep)
     pool = _pool(kv_heads, d)
     # each row its own slots in scattered blocks, padded like a decode bucket (shorter rows have
@@ -198,6 +202,25 @@ def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
         assert paged_decode._kernel() is not None
         assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
         assert list((tmp_path / "tempering").iterdir()) == built  # no temporary file left behind
+    finally:
+        paged_decode._kernel.cache_clear()
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_both_vector_widths_match_sdpa(width, tmp_path, monkeypatch):
+    """The kernel is written for vectors of 8 floats (AVX2, NEON) or 16 (AVX-512), picked by
+    what the machine has; built with each forced (-DW), both compute the same attention: on a
+    machine without AVX-512 the compiler splits the 16-float vectors in two."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -DW={width}")
+    paged_decode._kernel.cache_clear()
+    try:
+        assert paged_decode._kernel() is not None
+        for kv_heads, rep, d in [(2, 3, 64), (1, 4, 16), (2, 2, 128), (1, 3, 96)]:
+            for rows, keys in [(1, 1), (7, 37), (16, 300)]:  # chunks short, whole, and a tail
+                _check_against_sdpa(kv_heads, rep, d, rows, keys)
+        test_int8_matches_dequantize_then_sdpa(2, 3, 64, 7, 37)
+        test_16_bit_pools_match_sdpa_over_the_widened_keys(torch.bfloat16, 2, 3, 64)
     finally:
         paged_decode._kernel.cache_clear()
 
