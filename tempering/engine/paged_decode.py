@@ -4,25 +4,27 @@ a C kernel (`paged_decode.c`) built with the machine's C compiler on first use.
 `attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
 pool slots (a step's decode rows, or block-sparse decode rows: one query per sequence and query
 head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather: one pass over
-each row's keys, in slot order, in chunks of 16 live slots, each folded into a running softmax
-(the flash-decoding recurrence: a running max per query, the sum and the weighted values
-rescaled when the max grows). So each stored key and value is read once, from the pool, and
-nothing context-sized is written. A kv head's query heads share the keys they read (GQA without
-copies). An int8 pool is read as stored, times the key's and the value's fp16 scales; 16-bit
-pools are widened to float32 as read. The arithmetic is float32, so the result is SDPA over the
-gathered (dequantized) keys and values up to float32 rounding. Rows are independent: with more
-than one torch thread, a large read is split into runs of rows on that many threads (ctypes
-releases the GIL for the call).
+each row's keys, in slot order, in chunks of 8 or 16 live slots (one vector of floats: 16 with
+AVX-512, else 8), each folded into a running softmax (the flash-decoding recurrence: a running max
+per query, the sum and the weighted values rescaled when the max grows). So each stored key and
+value is read once, from the pool, and nothing context-sized is written. A kv head's query heads
+share the keys they read (GQA without copies). An int8 pool is read as stored, times the key's and
+the value's fp16 scales; 16-bit pools are widened to float32 as read. The arithmetic is float32, so
+the result is SDPA over the gathered (dequantized) keys and values up to float32 rounding. Rows are
+independent: with more than one torch thread, a large read is split into runs of rows on that many
+threads (ctypes releases the GIL for the call).
 
-The kernel computes a chunk's 16 scores of a query head as one vector (the dot products' lanes
-summed by pairwise halving, not one horizontal sum per key), then one max, one rescale and 16
-exps (a polynomial) as vectors. Measured (64 rows of 176-336 keys in random 16-slot blocks, 6
-query heads over 2 kv heads, head_dim 64, 1 thread, best of several, same process), against the
-numba loop it replaces (one key at a time, a scalar exp and rescale per key and query head):
-1.0-1.2 ms against 1.8-2.1 ms a layer when the keys stay in cache, but 2.7-3.2 ms against
-2.9-4.0 ms over a pool larger than the caches, where reading the keys (1.5-1.9 ms alone) and the
-arithmetic do not overlap on one core (software prefetch of the next chunk changed nothing). So
-it matters most where fewer bytes are read: bfloat16 and int8 pools.
+The kernel computes a chunk's scores of a query head as one vector (the dot products' lanes
+summed by pairwise halving as they are made, not one horizontal sum per key), then one max, one
+rescale and the exps (a polynomial) as vectors; before each query head it prefetches a share of
+the next chunk's cache lines. Measured on an AVX2 machine (64 rows x 256 keys in random 16-slot
+blocks, 6 query heads over 2 kv heads, head_dim 64, 8 layers of pool, 1 thread, from C, best
+of 15): 1.8-2.3 ms a layer, where the kernel of 16-float vectors it replaces took 5.7-6.6
+(its 16 partial sums spilled AVX2's 16 registers), the 8-float kernel without prefetch 3.1-4.1,
+and reading the same keys and values alone 1.2-1.4; 1.2-1.3 ms with the keys in cache. On an
+AVX-512 machine the 16-float kernel took 1.0-1.2 ms in cache, 2.7-3.2 from memory (before this
+tree order and the prefetch, which the earlier kernel's build had silently dropped; not measured
+there since).
 
 Building: `cc` (or `$CC`) with -O3 -march=native and the float flags that let it reassociate
 sums (not -ffast-math, whose shared objects can switch the whole process to flush denormals),
@@ -61,7 +63,7 @@ from tempering.engine.kv_cache import KVPool
 
 ENABLED = True  # tests turn it off to compare with gather + SDPA
 SPLIT_KEYS = 4096  # a read of fewer keys (rows x keys) stays on one thread: a hand-off costs ~50 us
-CHUNK = 16  # live slots per chunk (CH in paged_decode.c): the scratch holds one chunk widened
+CHUNK = 16  # the most live slots per chunk (CH in paged_decode.c, 8 or 16): the scratch holds one widened
 SOURCE = Path(__file__).with_suffix(".c")
 # reassociation is what vectorizes the sums; no -ffinite-math-only: the running max starts at -inf
 FLAGS = ["-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
