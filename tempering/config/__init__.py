@@ -101,7 +101,8 @@ class EngineConfig:
     # the engine's weights and so its KV cache: "auto" = the model's as given (the trainer's, for
     # rollouts). "bfloat16" on a CPU with AMX runs the linear layers 4-9x faster (bench/engine.py's
     # bf16 case: 1.9x the tokens per CPU-second of float32), at the price of engine logprobs further
-    # from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap bounds the weights)
+    # from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap bounds the weights).
+    # Without such units (AVX2 only) 16-bit runs several times slower than float32: the engine warns
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     kv_dtype: Literal["fp32", "int8"] = "fp32"  # int8: per-token scales, about 0.27x the bytes
     # a directory: keys and values live in a memory-mapped file there, and blocks a step did not

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import itertools
 import time
+import warnings
 from dataclasses import fields, replace
 from typing import Mapping, Sequence as Seq
 
@@ -52,9 +53,23 @@ def _in_dtype(model: Decoder, dtype: str) -> Decoder:
     """The model in `engine.dtype`: itself where it already is ("auto": always), else a cast
     copy (the caller's model, e.g. a trainer's, is left as it is)."""
     want = torch_dtype(dtype)
+    if want is not None and next(model.parameters()).device.type == "cpu":
+        _warn_if_slow_on_this_cpu(want)
     if want is None or next(model.parameters()).dtype == want:
         return model
     return copy.deepcopy(model).to(want)
+
+
+def _warn_if_slow_on_this_cpu(dtype: torch.dtype) -> None:
+    """16-bit weights pay on a CPU only with matrix units for them (AMX; AVX512-BF16 for bf16):
+    without, PyTorch widens them per matmul (measured on an AVX2 machine: bench/engine.py's c
+    case 70 s in bfloat16 against 14 s in float32). Say so once, rather than run slowly."""
+    units = {torch.bfloat16: torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported(),
+             torch.float16: torch.cpu._is_amx_fp16_supported()}
+    if not units.get(dtype, True):
+        warnings.warn(f"engine.dtype = {str(dtype).removeprefix('torch.')}: this CPU "
+                      f"({torch.backends.cpu.get_cpu_capability()}) has no matrix units for it, so the engine's "
+                      f"linear layers run several times slower than in float32", RuntimeWarning, stacklevel=3)
 
 
 class LLM:

@@ -74,3 +74,24 @@ def test_the_rollout_workers_engine_is_built_in_its_dtype_and_syncs_fp32_weights
     assert EngineSync(store, engine, partial=False).poll() and engine.version == 0
     cast = build_model(ARCH, seed=4).eval().to(torch.bfloat16)
     assert all(torch.equal(a, b) for a, b in zip(engine.model.state_dict().values(), cast.state_dict().values()))
+
+
+@pytest.mark.parametrize("units", [False, True])
+def test_16_bit_on_a_cpu_without_matrix_units_says_it_will_be_slow(model, monkeypatch, units):
+    """bf16 weights without AMX or AVX512-BF16 are widened per matmul, several times slower than
+    fp32: the engine warns once, naming engine.dtype and the CPU; with the units, nothing."""
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported", "_is_amx_fp16_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: units)
+    import warnings
+    for dtype in ("bfloat16", "float16"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            LLM(model, max_seq_len=64, dtype=dtype)
+        slow = [w for w in seen if "no matrix units" in str(w.message)]
+        assert len(slow) == (0 if units else 1)
+        if slow:
+            assert f"engine.dtype = {dtype}" in str(slow[0].message)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        LLM(model, max_seq_len=64, dtype="float32")
+    assert not [w for w in seen if "no matrix units" in str(w.message)]
