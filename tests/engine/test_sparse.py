@@ -203,3 +203,64 @@ def test_a_forked_partial_block_sums_only_the_slots_copied():
     torch.testing.assert_close(pool.v_sum[1][2], v[:3].sum(0))
     pool.write(1, torch.tensor([11]), k[3:], 2 * v[3:])  # the fork's own 4th token
     torch.testing.assert_close(pool.v_sum[1][2], v[:3].sum(0) + 2 * v[3])
+
+
+def test_block_scores_of_several_rows_by_either_path_match_a_loop():
+    """Quest's bound per row and block of its table: scoring every pool block at once (tables that
+    cover the pool) and copying the rows' blocks out (a pool much larger) both give the plain
+    loop's numbers; unlisted blocks with infinite bounds (never written) do not leak in."""
+    from tempering.engine.sparse import _block_scores
+
+    g = torch.Generator().manual_seed(5)
+    lengths, width, kvh, d = [5, 9, 12], 12, 2, 8
+    for pool_blocks in (40, 400):  # 3 x 36 listed >= 40: every block scored; < 400: copied out
+        hi, lo = torch.randn(pool_blocks, kvh, d, generator=g), torch.randn(pool_blocks, kvh, d, generator=g)
+        order = torch.randperm(pool_blocks, generator=g)
+        tables = torch.zeros(3, width, dtype=torch.long)
+        at = 0
+        for r, n in enumerate(lengths):
+            tables[r, :n] = order[at: at + n]
+            at += n
+        hi[order[at:]], lo[order[at:]] = torch.inf, -torch.inf  # blocks no table lists
+        top, bottom = torch.randn(3, kvh * d, generator=g), torch.randn(3, kvh * d, generator=g)
+        got = _block_scores(hi, lo, top, bottom, tables)
+        for r, n in enumerate(lengths):
+            for w in range(n):
+                b = tables[r, w]
+                want = top[r] @ hi[b].reshape(-1) + bottom[r] @ lo[b].reshape(-1)
+                torch.testing.assert_close(got[r, w], want, rtol=1e-5, atol=1e-5)
+
+
+def test_unread_group_means_of_several_decode_rows_match_a_loop(monkeypatch):
+    """Decode rows of different lengths, each with its own table: every group's mean key and value
+    over the row's blocks it does not read, and the log of how many keys it stands for, as a plain
+    loop over the pool's per-block sums computes them (groups past a row's last block: none)."""
+    from tempering.engine import sparse
+
+    monkeypatch.setattr(sparse, "MAX_GROUPS", 3)  # 13 blocks: groups grow from 2 to 5 blocks
+    bs, kvh, d, lengths, width = 4, 2, 8, [3, 7, 13], 13
+    g = torch.Generator().manual_seed(6)
+    pool = KVPool(layers=1, num_blocks=40, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
+    order = torch.randperm(40, generator=g)
+    tables, at = torch.zeros(3, width, dtype=torch.long), 0
+    for r, n in enumerate(lengths):
+        tables[r, :n] = order[at: at + n]
+        slots = (tables[r, :n, None] * bs + torch.arange(bs)).reshape(-1)
+        pool.write(0, slots, torch.randn(len(slots), kvh, d, generator=g), torch.randn(len(slots), kvh, d, generator=g))
+        at += n
+    rows = SparseRows(tokens=torch.tensor([[0], [1], [2]]), positions=torch.tensor([[n * bs - 1] for n in lengths]),
+                      tables=tables, num_blocks=torch.tensor(lengths))
+    chosen = torch.tensor([[0, 2, -1], [0, 5, 6], [0, 3, 12]])  # the blocks each row reads (-1: none)
+    spec = SparseSpec(topk=1, sinks=1, local=1, rest_group=2)
+    got = sparse.rest(spec, pool, 0, rows, chosen)
+    size = 5  # ceil(13 / 3)
+    for r, n in enumerate(lengths):
+        for i in range(3):
+            blocks = [w for w in range(i * size, min((i + 1) * size, n)) if w not in chosen[r].tolist()]
+            if not blocks:
+                assert got.bias[r, i] == -torch.inf
+                continue
+            ids = tables[r, blocks]
+            torch.testing.assert_close(got.keys[r, :, i], pool.k_sum[0][ids].sum(0) / (len(blocks) * bs))
+            torch.testing.assert_close(got.values[r, :, i], pool.v_sum[0][ids].sum(0) / (len(blocks) * bs))
+            assert got.bias[r, i].item() == pytest.approx(float(torch.log(torch.tensor(len(blocks) * bs))))
