@@ -21,9 +21,12 @@ the unread keys' softmax mass to first order in their scores' spread, and their 
 what it leaves out is the covariance of their scores with their values. So a diffuse head keeps
 its average over the whole context, and where attention is peaked the top-k hold the mass (the
 means' weight is a lower bound on the unread keys' mass, by Jensen). The means come from the
-pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks, from prefix
-sums over the sequence's table, less the blocks it reads. It costs one key per group, at most
-MAX_GROUPS per query, so a row's cost stays bounded at any length.
+pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks (from prefix
+sums over a prefill chunk's one table; for decode rows, each row's blocks summed where they lie),
+less the blocks it reads. Group sums, and block scores where the rows' tables cover a third of
+the pool, read the summaries in place (copying each row's out took 25 ms of a layer's decode
+step at 16k blocks, now 5). It costs one key per group, at most MAX_GROUPS per query, so a row's
+cost stays bounded at any length.
 
 Decode rows read their selected blocks straight from the pool on the CPU (`paged_decode`, for
 float32, bfloat16, float16 and int8 pools); elsewhere an int8 pool's blocks are read as stored for long decode reads
