@@ -114,8 +114,9 @@ static inline vf vmax2(vf a, vf b) { /* lanewise max (C has no ?: on vectors) */
 
 /* Pairwise halving. Each level takes two vectors whose lanes hold, per key, G partial sums side
    by side (in key order), and returns one holding G/2 per key for the keys of both, in order:
-   the first and second halves of each key's group added. Level 1 (G = W) starts from one dot
-   product's lanes per vector; the last level leaves lane c = key c's whole sum. */
+   the first and second halves of each key's group added. The first level takes one dot
+   product's lanes per vector; L4 leaves lane c = key c's whole sum. Levels are numbered as for
+   W = 16 (L1, G = 16), so 8-float vectors start at L2. */
 #if W == 16
 static inline vf L1(vf x, vf y) {
   return SHUF(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
