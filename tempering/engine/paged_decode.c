@@ -15,29 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* W floats per vector: 16 where the machine has AVX-512 (32 registers of 16), else 8 (AVX2's
-   16 registers of 8; NEON's 32 of 4). A chunk is W live slots, so its scores are one vector. */
-#ifndef W /* -DW=8 or -DW=16 picks one (the tests build both) */
-#if defined(__AVX512F__)
-#define W 16
-#else
-#define W 8
-#endif
-#endif
-#if W != 8 && W != 16
-#error "W must be 8 or 16"
-#endif
-#define CH W
+#include "vec.h"
 
-typedef float vf __attribute__((vector_size(4 * W)));
-typedef float vfu __attribute__((vector_size(4 * W), aligned(4)));
-typedef int32_t vi __attribute__((vector_size(4 * W)));
-
-#if defined(__clang__)
-#define SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define SHUF(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
-#endif
+#define CH W /* a chunk is W live slots, so its scores are one vector */
 
 enum { F32 = 0, I8 = 1, BF16 = 2, F16 = 3 };
 
@@ -52,8 +32,6 @@ typedef struct {      /* mirrors paged_decode.py's _Args */
   float scale;
   int32_t dtype;
 } Args;
-
-static inline vf ld(const float *p) { return *(const vfu *)p; }
 
 /* fp16 bits -> float32, exactly (zero, subnormal, normal, inf, nan) */
 static inline float half_to_float(uint16_t h) {
@@ -86,32 +64,6 @@ static inline void widen(const void *src, int64_t at, int dtype, float scale, fl
   }
 }
 
-/* exp(x) for x <= 0, W lanes: 2^n 2^f with Cephes' exp2f polynomial for f in [-0.5, 0.5];
-   lanes below -87 (-inf included) are exactly 0 */
-static inline vf vexp(vf x) {
-  vi under = (vi)(x < -87.0f);
-  x = (vf)(~under & (vi)x);
-  vf t = x * 1.44269504088896341f;
-  vi n = __builtin_convertvector(t - 0.5f, vi); /* t <= 0: toward zero is to nearest */
-  vf f = t - __builtin_convertvector(n, vf);
-  vf p = f * 1.535336188319500e-4f + 1.339887440266574e-3f;
-  p = p * f + 9.618437357674640e-3f;
-  p = p * f + 5.550332471162809e-2f;
-  p = p * f + 2.402264791363012e-1f;
-  p = p * f + 6.931472028550421e-1f;
-  p = p * f + 1.0f;
-  return (vf)(((vi)p + (n << 23)) & ~under);
-}
-
-/* exp(x) for one x <= 0: vexp's lane 0 (libm's expf, a call per chunk and query head, took 8%
-   of the kernel) */
-static inline float sexp(float x) { return vexp((vf){x})[0]; }
-
-static inline vf vmax2(vf a, vf b) { /* lanewise max (C has no ?: on vectors) */
-  vi more = (vi)(a > b);
-  return (vf)((more & (vi)a) | (~more & (vi)b));
-}
-
 /* Pairwise halving. Each level takes two vectors whose lanes hold, per key, G partial sums side
    by side (in key order), and returns one holding G/2 per key for the keys of both, in order:
    the first and second halves of each key's group added. The first level takes one dot
@@ -134,34 +86,12 @@ static inline vf L4(vf x, vf y) {
   return SHUF(x, y, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
          SHUF(x, y, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
-#define HALF(a) SHUF(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7)
-#define QUARTER(a) SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)
-#define EIGHTH(a) SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13)
 #else
 static inline vf L2(vf x, vf y) { return SHUF(x, y, 0, 1, 2, 3, 8, 9, 10, 11) + SHUF(x, y, 4, 5, 6, 7, 12, 13, 14, 15); }
 static inline vf L3(vf x, vf y) { return SHUF(x, y, 0, 1, 4, 5, 8, 9, 12, 13) + SHUF(x, y, 2, 3, 6, 7, 10, 11, 14, 15); }
 static inline vf L4(vf x, vf y) { return SHUF(x, y, 0, 2, 4, 6, 8, 10, 12, 14) + SHUF(x, y, 1, 3, 5, 7, 9, 11, 13, 15); }
-#define QUARTER(a) SHUF(a, a, 4, 5, 6, 7, 0, 1, 2, 3)
-#define EIGHTH(a) SHUF(a, a, 2, 3, 0, 1, 6, 7, 4, 5)
 #endif
 
-static inline float vmax(vf x) { /* the largest lane */
-#if W == 16
-  x = vmax2(x, HALF(x));
-#endif
-  x = vmax2(x, QUARTER(x));
-  x = vmax2(x, EIGHTH(x));
-  return x[0] > x[1] ? x[0] : x[1];
-}
-
-static inline float vsum(vf x) {
-#if W == 16
-  x += HALF(x);
-#endif
-  x += QUARTER(x);
-  x += EIGHTH(x);
-  return x[0] + x[1];
-}
 
 /* A key's dot product with a query head, left in W lanes (two sums, so the FMAs of a key do not
    wait one on another). V = d / W. */

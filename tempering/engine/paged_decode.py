@@ -26,10 +26,7 @@ AVX-512 machine the 16-float kernel took 1.0-1.2 ms in cache, 2.7-3.2 from memor
 tree order and the prefetch, which the earlier kernel's build had silently dropped; not measured
 there since).
 
-Building: `cc` (or `$CC`) with -O3 -march=native and the float flags that let it reassociate
-sums (not -ffast-math, whose shared objects can switch the whole process to flush denormals),
-cached as a shared object under `$XDG_CACHE_HOME/tempering` (else ~/.cache, else the temp dir),
-keyed by the source, the compiler, its flags and the CPU's feature flags. Where no compiler
+Building: `native` compiles it on first use and caches it per machine; where no compiler
 builds it, `use` is False with one warning, and the engine keeps `gather` + SDPA
 (`int8_attention` for long int8 reads).
 
@@ -44,31 +41,21 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import math
 import os
-import platform
-import shlex
-import shutil
-import subprocess
-import tempfile
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from tempering.engine import native
 from tempering.engine.kv_cache import KVPool
 
 ENABLED = True  # tests turn it off to compare with gather + SDPA
 SPLIT_KEYS = 4096  # a read of fewer keys (rows x keys) stays on one thread: a hand-off costs ~50 us
 CHUNK = 16  # the most live slots per chunk (CH in paged_decode.c, 8 or 16): the scratch holds one widened
 SOURCE = Path(__file__).with_suffix(".c")
-# reassociation is what vectorizes the sums; no -ffinite-math-only: the running max starts at -inf
-FLAGS = ["-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-         "-fassociative-math", "-freciprocal-math", "-ffp-contract=fast"]
-BUILD_TIMEOUT_S = 120.0
 _DTYPES = {torch.float32: 0, torch.bfloat16: 2, torch.float16: 3}  # paged_decode.c's; int8 pools: 1
 
 
@@ -79,68 +66,13 @@ class _Args(ctypes.Structure):
         ("scale", ctypes.c_float), ("dtype", ctypes.c_int32)]
 
 
-def _cache_dir() -> Path:
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tempering"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        if os.access(base, os.W_OK):
-            return base
-    except OSError:
-        pass
-    fallback = Path(tempfile.gettempdir()) / f"tempering-{os.getuid()}"
-    fallback.mkdir(mode=0o700, exist_ok=True)
-    return fallback
-
-
-def _cpu_flags() -> bytes:
-    """What -march=native depends on: a shared object built for another CPU may not run here."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        return next((line for line in info.splitlines() if line.startswith(("flags", "Features"))), "").encode()
-    except OSError:
-        return platform.processor().encode()
-
-
-def _build(compiler: list[str]) -> Path:
-    """The shared object for this source, compiler (a command: $CC may carry flags) and CPU:
-    cached, else compiled (with -march=native, or without where the compiler refuses it). Raises
-    RuntimeError on failure."""
-    version = subprocess.run([*compiler, "--version"], capture_output=True, timeout=BUILD_TIMEOUT_S).stdout
-    key = hashlib.sha256(b"\0".join([SOURCE.read_bytes(), " ".join(compiler).encode(), version, " ".join(FLAGS).encode(),
-                                     platform.machine().encode(), _cpu_flags()])).hexdigest()[:16]
-    target = _cache_dir() / f"paged_decode-{key}.so"
-    if target.exists():
-        return target
-    errors = []
-    for extra in (["-march=native"], []):
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-        os.close(fd)
-        try:
-            done = subprocess.run([*compiler, *FLAGS, *extra, str(SOURCE), "-o", tmp, "-lm"],
-                                  capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            done = None
-        if done is not None and done.returncode == 0:
-            os.replace(tmp, target)  # atomic: another process building the same key gets either
-            return target
-        os.unlink(tmp)
-        errors.append(f"timed out after {BUILD_TIMEOUT_S:.0f} s" if done is None
-                      else (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1])
-    raise RuntimeError(f"{' '.join(compiler)} could not build {SOURCE.name}: {errors[-1]}")
-
-
 @functools.lru_cache(maxsize=1)
 def _kernel():
     """The built kernel's `decode`, or None (with one warning) where it cannot be built here."""
-    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    compiler = shlex.split(os.environ.get("CC", "")) or ([found] if found else [])
-    try:
-        if not compiler:
-            raise RuntimeError("no C compiler (cc, gcc, clang or $CC) on this machine")
-        decode = ctypes.CDLL(str(_build(compiler))).decode
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        warnings.warn(f"paged_decode: {e}; decode attention gathers instead (slower)", RuntimeWarning, stacklevel=2)
+    lib = native.library(SOURCE, "decode attention gathers instead (slower)")
+    if lib is None:
         return None
+    decode = lib.decode
     decode.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     decode.restype = ctypes.c_int
     return decode

@@ -1,9 +1,20 @@
 """The sampler: logprobs of the temperature-scaled distribution before truncation, top-k and
-top-p keep what they say, greedy rows take the argmax, draws follow the distribution."""
+top-p keep what they say, greedy rows take the argmax, draws follow the distribution. Every test
+runs on both paths: sampler.c's (untruncated float32 rows on the CPU) and PyTorch's."""
 
+import pytest
 import torch
 
+from tempering.engine import sampler
 from tempering.engine.sampler import sample
+
+
+@pytest.fixture(autouse=True, params=["native", "torch"])
+def path(request, monkeypatch):
+    if request.param == "native" and sampler._kernel() is None:
+        pytest.skip("no C compiler built sampler.c")
+    monkeypatch.setattr(sampler, "NATIVE", request.param == "native")
+    return request.param
 
 LOGITS = torch.log(torch.tensor([0.05, 0.5, 0.15, 0.3]))  # token 1, then 3, then 2, then 0
 
@@ -41,9 +52,9 @@ def test_top_p_keeps_the_smallest_head_reaching_p_renormalised():
 
 
 def test_greedy_rows_take_the_argmax_next_to_sampled_rows():
-    logits = torch.randn(6, 50)
-    temperature = torch.tensor([0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
-    tokens, logprobs = sample(logits, temperature, torch.ones(6), torch.zeros(6, dtype=torch.long), [None] * 6)
+    logits = torch.randn(64, 50)
+    temperature = torch.tensor([0.0, 1.0] * 32)
+    tokens, logprobs = sample(logits, temperature, torch.ones(64), torch.zeros(64, dtype=torch.long), [None] * 64)
     greedy = temperature == 0
     assert torch.equal(tokens[greedy], logits.argmax(-1)[greedy])
     scaled = torch.where(greedy[:, None], logits, logits / temperature[:, None])
@@ -79,3 +90,44 @@ def test_each_draw_is_the_inverse_cdf_of_its_seeded_uniform():
     u = torch.tensor([torch.rand((), dtype=torch.float64, generator=torch.Generator().manual_seed(i)) for i in range(32)])
     expected = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
     assert tokens.tolist() == expected.tolist()
+
+
+def test_untruncated_rows_at_a_temperature_have_its_logprobs():
+    logits = torch.randn(9, 300) * 3
+    t = torch.tensor([0.5, 0.7, 1.0, 1.3, 2.0, 0.0, 0.9, 1.0, 0.25])
+    tokens, logprobs = sample(logits, t, torch.ones(9), torch.zeros(9, dtype=torch.long), [None] * 9)
+    scaled = logits / torch.where(t == 0, torch.ones_like(t), t)[:, None]
+    torch.testing.assert_close(logprobs, torch.log_softmax(scaled, -1).gather(1, tokens[:, None]).squeeze(1))
+    assert tokens[5] == logits[5].argmax()
+
+
+def test_both_paths_draw_the_same_tokens_from_the_same_seeds():
+    """The C kernel against the PyTorch path at a real vocabulary size (16k, and one not a
+    multiple of the chunk or vector width), seeded rows: the same tokens, logprobs to float32
+    rounding."""
+    for vocab in (16384, 50_257):
+        logits = torch.randn(16, vocab) * torch.tensor([3.0] * 12 + [30.0] * 4)[:, None]  # peaked rows too
+        logits[3, ::2] = -torch.inf  # a masked vocabulary
+        args = (torch.ones(16), torch.ones(16), torch.zeros(16, dtype=torch.long))
+        runs = []
+        for native in (True, False):
+            sampler.NATIVE = native
+            runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(16)]))
+        assert runs[0][0].tolist() == runs[1][0].tolist()
+        assert bool((runs[0][0][3] % 2 == 1))
+        torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
+
+
+def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it():
+    """NaN or +inf logits, or a row of -inf, are a broken model's: no distribution to draw from."""
+    args = (torch.ones(3), torch.ones(3), torch.zeros(3, dtype=torch.long), [None] * 3)
+    for bad in (float("nan"), float("inf")):
+        logits = torch.randn(3, 40)
+        logits[1, 7] = bad
+        with pytest.raises(ValueError, match="logits of row 1 .of 3. have no finite largest"):
+            sample(logits, *args)
+    logits = torch.randn(3, 40)
+    logits[2] = -torch.inf
+    with pytest.raises(ValueError, match="logits of row 2 "):
+        sample(logits, *args)
+
