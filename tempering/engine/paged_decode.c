@@ -117,17 +117,22 @@ static inline vf dot(const vf *q, const float *k, int64_t V) {
 
 /* Point k[h * CH + c], v[...] at chunk slot c's key and value of kv head h as float32: in the
    pool itself, or widened into kb, vb (kvh * CH * d floats each). */
-static void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, float *vb,
-                       const float **k, const float **v) {
+static inline void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, float *vb,
+                              const float **k, const float **v) {
   const int64_t kvh = a->kvh, d = a->d;
+  if (a->dtype == F32) { /* read in place */
+    const float *ks = (const float *)a->k, *vs = (const float *)a->v;
+    for (int c = 0; c < n; c++)
+      for (int64_t h = 0; h < kvh; h++) {
+        const int64_t at = (slots[c] * kvh + h) * d;
+        k[h * CH + c] = ks + at;
+        v[h * CH + c] = vs + at;
+      }
+    return;
+  }
   for (int c = 0; c < n; c++)
     for (int64_t h = 0; h < kvh; h++) {
       const int64_t at = (slots[c] * kvh + h) * d, to = h * CH + c;
-      if (a->dtype == F32) {
-        k[to] = (const float *)a->k + at;
-        v[to] = (const float *)a->v + at;
-        continue;
-      }
       float sk = 1.f, sv = 1.f;
       if (a->dtype == I8) {
         sk = half_to_float(a->ks[slots[c] * kvh + h]);
@@ -141,23 +146,37 @@ static void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, fl
     }
 }
 
-/* Ask for part `part` of `parts` of the cache lines of the keys and values of index entries
-   [j, j + count) (masked or not) before they are needed: without this each new key's first load
-   waits on memory. In parts, spread over the chunk's query heads: a burst of them at once fills
-   the core's miss buffers and stalls the loads the arithmetic needs (measured: no gain). Always
-   inlined: GCC takes a function of prefetches alone for one without effects and drops the call. */
-static inline __attribute__((always_inline)) void prefetch(const Args *a, const int64_t *idx, int64_t j,
-                                                           int64_t count, int64_t part, int64_t parts) {
-  const int64_t size = a->dtype == F32 ? 4 : a->dtype == I8 ? 1 : 2, row = a->kvh * a->d * size;
-  const int64_t lines = (row + 63) / 64, total = count * lines, from = part * total / parts;
-  const int64_t end = j + count < a->keys ? j + count : a->keys;
-  int64_t e = j + from / lines, b = from % lines;
-  for (int64_t x = from; x < (part + 1) * total / parts && e < end; x++) {
-    __builtin_prefetch((const char *)a->k + idx[e] * row + b * 64);
-    __builtin_prefetch((const char *)a->v + idx[e] * row + b * 64);
-    if (++b == lines) {
-      b = 0;
-      e++;
+/* Asks for the cache lines of the keys and values of the next chunk's index entries before they
+   are needed: without this each new key's first load waits on memory. `Ahead` walks the lines of
+   entries [j, j + CH) (masked or not), `per` at a time before each query head: a burst of them at
+   once fills the core's miss buffers and stalls the loads the arithmetic needs (measured: no
+   gain). Always inlined: GCC takes a function of prefetches alone for one without effects and
+   drops the call. */
+typedef struct {
+  int64_t e, end, line, lines, row, per; /* entry, its end, line in entry, lines per entry, bytes */
+} Ahead;
+
+static inline void ahead_init(Ahead *f, const Args *a, int64_t heads) {
+  const int64_t size = a->dtype == F32 ? 4 : a->dtype == I8 ? 1 : 2;
+  f->row = a->kvh * a->d * size;
+  f->lines = (f->row + 63) / 64;
+  f->per = (CH * f->lines + heads - 1) / heads;
+}
+
+static inline void ahead_from(Ahead *f, const Args *a, int64_t j) {
+  f->e = j;
+  f->end = j + CH < a->keys ? j + CH : a->keys;
+  f->line = 0;
+}
+
+static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a, const int64_t *idx) {
+  for (int64_t x = 0; x < f->per && f->e < f->end; x++) {
+    const int64_t at = idx[f->e] * f->row + f->line * 64;
+    __builtin_prefetch((const char *)a->k + at);
+    __builtin_prefetch((const char *)a->v + at);
+    if (++f->line == f->lines) {
+      f->line = 0;
+      f->e++;
     }
   }
 }
@@ -174,6 +193,8 @@ static inline __attribute__((always_inline)) void prefetch(const Args *a, const 
     float top[heads], total[heads];                                                                \
     const float *kp[kvh * CH], *vp[kvh * CH];                                                      \
     int64_t slots[CH], j = 0;                                                                      \
+    Ahead next;                                                                                    \
+    ahead_init(&next, a, heads);                                                                   \
     memset(acc, 0, sizeof(float) * heads * d);                                                     \
     for (int64_t p = 0; p < heads; p++) {                                                          \
       top[p] = -INFINITY;                                                                          \
@@ -185,12 +206,13 @@ static inline __attribute__((always_inline)) void prefetch(const Args *a, const 
         if (live[j]) slots[n++] = idx[j];                                                          \
       if (!n) break;                                                                               \
       load_chunk(a, slots, n, kb, vb, kp, vp);                                                     \
+      ahead_from(&next, a, j);                                                                     \
       for (int64_t h = 0; h < kvh; h++) /* a short chunk's missing keys: any real one, masked */   \
         for (int c = n; c < CH; c++) kp[h * CH + c] = kp[h * CH];                                  \
       for (int64_t p = 0; p < heads; p++) {                                                        \
         const float *const *kh = kp + (p / rep) * CH, *const *vh = vp + (p / rep) * CH;            \
         vf qp[V], o[V];                                                                            \
-        prefetch(a, idx, j, CH, p, heads); /* the next chunk's entries */                          \
+        ahead(&next, a, idx); /* a share of the next chunk's lines */                              \
         for (int64_t i = 0; i < V; i++) qp[i] = ld(q + p * d + W * i);                             \
         vf s = SCORES() * a->scale;                                                                \
         for (int c = n; c < CH; c++) s[c] = -INFINITY;                                             \
