@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)   # the isolated sandbox
 command -v prlimit >/dev/null 2>&1 || need_apt+=(util-linux)
-# the engine's CPU decode kernel (engine/paged_decode.c) is built on first use; without a
-# compiler the engine still runs, gathering instead (slower)
+# the engine's CPU kernels (engine/paged_decode.c, engine/sampler.c) are built on first use;
+# without a compiler the engine still runs, in PyTorch (slower)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

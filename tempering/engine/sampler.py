@@ -9,7 +9,8 @@ takes the token where the cumulative mass passes it (inverse CDF). Float32 logit
 whose rows are not truncated (RL sampling: no top-p, no top-k) go through a C kernel
 (`sampler.c`, built by `native`) that does the softmax's two passes and the draw in one call, with
 no probabilities written: measured 0.7 ms for 64 rows of a 16k vocabulary, where the PyTorch
-path below takes 2.3. Everything else takes the PyTorch path, which draws from the same uniform
+path below takes 2.3-2.8 (with seeded rows), and 10 ms against 70 at a 152k vocabulary (Qwen's),
+one thread. Everything else takes the PyTorch path, which draws from the same uniform
 numbers. A row whose largest logit is NaN or infinite (a broken model's) is a ValueError that
 names the row.
 """
