@@ -131,3 +131,30 @@ def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it():
     with pytest.raises(ValueError, match="logits of row 2 "):
         sample(logits, *args)
 
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_both_vector_widths_draw_as_the_torch_path(width, path, tmp_path, monkeypatch):
+    """sampler.c built with 8- and 16-float vectors forced (-DW; the machine picks one) draws
+    the tokens the PyTorch path draws, at vocabularies shorter than a vector and not a multiple
+    of one."""
+    if path == "torch":
+        pytest.skip("builds the C kernel")
+    import shutil
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -DW={width}")
+    sampler._kernel.cache_clear()
+    try:
+        assert sampler._kernel() is not None
+        for vocab in (5, 17, 1000, 16391):
+            logits = torch.randn(8, vocab) * 4
+            t = torch.tensor([1.0, 0.0, 0.5, 1.0, 2.0, 1.0, 0.0, 1.0])
+            args = (t, torch.ones(8), torch.zeros(8, dtype=torch.long))
+            runs = []
+            for native in (True, False):
+                sampler.NATIVE = native
+                runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(8)]))
+            assert runs[0][0].tolist() == runs[1][0].tolist()
+            torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
+    finally:
+        sampler._kernel.cache_clear()
