@@ -1,6 +1,7 @@
 """Decode attention from the paged pool (`paged_decode`) against gather + SDPA, kernel and engine."""
 
 import os
+import platform
 import shutil
 import signal
 import threading
@@ -206,13 +207,16 @@ def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
         paged_decode._kernel.cache_clear()
 
 
-@pytest.mark.parametrize("width", [8, 16])
-def test_both_vector_widths_match_sdpa(width, tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags", ["-DW=8", "-DW=16", "-DW=8 -mno-f16c"])
+def test_both_vector_widths_match_sdpa(flags, tmp_path, monkeypatch):
     """The kernel is written for vectors of 8 floats (AVX2, NEON) or 16 (AVX-512), picked by
     what the machine has; built with each forced (-DW), both compute the same attention: on a
-    machine without AVX-512 the compiler splits the 16-float vectors in two."""
+    machine without AVX-512 the compiler splits the 16-float vectors in two. Without F16C (an
+    x86 flag) fp16 values and int8 scales are widened in plain C."""
+    if "f16c" in flags and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("-mno-f16c is an x86 flag")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -DW={width}")
+    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} {flags}")
     paged_decode._kernel.cache_clear()
     try:
         assert paged_decode._kernel() is not None
@@ -220,7 +224,9 @@ def test_both_vector_widths_match_sdpa(width, tmp_path, monkeypatch):
             for rows, keys in [(1, 1), (7, 37), (16, 300)]:  # chunks short, whole, and a tail
                 _check_against_sdpa(kv_heads, rep, d, rows, keys)
         test_int8_matches_dequantize_then_sdpa(2, 3, 64, 7, 37)
-        test_16_bit_pools_match_sdpa_over_the_widened_keys(torch.bfloat16, 2, 3, 64)
+        for dtype in (torch.bfloat16, torch.float16):
+            test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, 2, 3, 64)
+            test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, 1, 4, 16)
     finally:
         paged_decode._kernel.cache_clear()
 
