@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+
 import torch
 import torch.nn.functional as F
 
@@ -52,3 +55,20 @@ def finish(engine) -> list:
     while engine.has_unfinished():
         done += [out for out in engine.step() if out.finished]
     return done
+
+
+@contextlib.contextmanager
+def built_with(kernels, flags: str, cache, monkeypatch, compiler: str | None = None):
+    """Within: `kernels` (modules' cached loaders of their C kernels, such as
+    `paged_decode._kernel`) are built afresh into `cache`, on first call, by `compiler` (else
+    the machine's) with `flags` added ($CC may carry flags); after, they are forgotten."""
+    compiler = compiler or shutil.which("cc") or shutil.which("gcc") or "clang"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.setenv("CC", f"{compiler} {flags}".strip())
+    for kernel in kernels:
+        kernel.cache_clear()
+    try:
+        yield
+    finally:
+        for kernel in kernels:
+            kernel.cache_clear()

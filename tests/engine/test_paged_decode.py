@@ -2,7 +2,6 @@
 
 import os
 import platform
-import shutil
 import signal
 import threading
 import time
@@ -11,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_helpers import random_prompts
-from tempering.engine import LLM, SamplingParams, paged_decode
+from engine_helpers import built_with, random_prompts
+from tempering.engine import LLM, SamplingParams, paged_decode, sampler
 from tempering.engine.kv_cache import KVPool
 
 pytestmark = pytest.mark.skipif(paged_decode._kernel() is None, reason="no C compiler built paged_decode.c")
@@ -191,10 +190,7 @@ def test_which_cpu_pools_use_it(monkeypatch):
 def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
     """The first use compiles into the cache folder; a later process loads what is there. $CC
     may be a command with flags, as build environments often set it."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -Wall")
-    paged_decode._kernel.cache_clear()
-    try:
+    with built_with([paged_decode._kernel], "-Wall", tmp_path, monkeypatch):
         assert paged_decode._kernel() is not None
         built = list((tmp_path / "tempering").glob("paged_decode-*.so"))
         assert len(built) == 1
@@ -203,8 +199,6 @@ def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
         assert paged_decode._kernel() is not None
         assert built[0].stat().st_mtime_ns == stamp  # loaded, not built again
         assert list((tmp_path / "tempering").iterdir()) == built  # no temporary file left behind
-    finally:
-        paged_decode._kernel.cache_clear()
 
 
 @pytest.mark.parametrize("flags", ["-DW=8", "-DW=16", "-DW=8 -mno-f16c"])
@@ -215,10 +209,7 @@ def test_both_vector_widths_match_sdpa(flags, tmp_path, monkeypatch):
     x86 flag) fp16 values and int8 scales are widened in plain C."""
     if "f16c" in flags and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("-mno-f16c is an x86 flag")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} {flags}")
-    paged_decode._kernel.cache_clear()
-    try:
+    with built_with([paged_decode._kernel], flags, tmp_path, monkeypatch):
         assert paged_decode._kernel() is not None
         for kv_heads, rep, d in [(2, 3, 64), (1, 4, 16), (2, 2, 128), (1, 3, 96)]:
             for rows, keys in [(1, 1), (7, 37), (16, 300)]:  # chunks short, whole, and a tail
@@ -227,26 +218,21 @@ def test_both_vector_widths_match_sdpa(flags, tmp_path, monkeypatch):
         for dtype in (torch.bfloat16, torch.float16):
             test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, 2, 3, 64)
             test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, 1, 4, 16)
-    finally:
-        paged_decode._kernel.cache_clear()
 
 
 def test_without_a_compiler_the_engine_gathers_and_says_why(tmp_path, monkeypatch, model):
-    """A compiler that fails: one warning naming it, `use` is False, and the engine still decodes
-    (gather + SDPA) to the same tokens."""
+    """A compiler that fails: one warning per kernel naming it, `use` is False, and the engine
+    still decodes (gather + SDPA, PyTorch's sampler) to the same tokens."""
     prompts = random_prompts(3, 10, 40, seed=4)
     greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", "false")  # exits 1 for anything
-    paged_decode._kernel.cache_clear()
-    try:
+    # `false` exits 1 for anything
+    with built_with([paged_decode._kernel, sampler._kernel], "", tmp_path, monkeypatch, compiler="false"):
         with pytest.warns(RuntimeWarning, match="false could not build paged_decode.c"):
             assert not paged_decode.use(KVPool(1, 4, 4, 2, 16))
-        got = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
+        with pytest.warns(RuntimeWarning, match="false could not build sampler.c: .*; sampling stays in PyTorch"):
+            got = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
         assert got == expected
-    finally:
-        paged_decode._kernel.cache_clear()
 
 
 SPARSE = {"sparse_topk": 1, "sparse_local_blocks": 1, "max_batched_tokens": 48, "max_batch_size": 8}

@@ -5,6 +5,7 @@ runs on both paths: sampler.c's (untruncated float32 rows on the CPU) and PyTorc
 import pytest
 import torch
 
+from engine_helpers import built_with
 from tempering.engine import sampler
 from tempering.engine.sampler import sample
 
@@ -140,11 +141,7 @@ def test_both_vector_widths_draw_as_the_torch_path(width, path, tmp_path, monkey
     of one."""
     if path == "torch":
         pytest.skip("builds the C kernel")
-    import shutil
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setenv("CC", f"{shutil.which('cc') or shutil.which('gcc') or 'clang'} -DW={width}")
-    sampler._kernel.cache_clear()
-    try:
+    with built_with([sampler._kernel], f"-DW={width}", tmp_path, monkeypatch):
         assert sampler._kernel() is not None
         for vocab in (5, 17, 1000, 16391):
             logits = torch.randn(8, vocab) * 4
@@ -156,5 +153,3 @@ def test_both_vector_widths_draw_as_the_torch_path(width, path, tmp_path, monkey
                 runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(8)]))
             assert runs[0][0].tolist() == runs[1][0].tolist()
             torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
-    finally:
-        sampler._kernel.cache_clear()
