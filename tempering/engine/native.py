@@ -3,7 +3,8 @@ the machine's C compiler on first use and cached per machine.
 
 `library(source, fallback)` is the built shared object, loaded through ctypes, or None with one
 RuntimeWarning that names the source, why it was not built, and what the caller does instead
-(each kernel's caller keeps a PyTorch path). Callers cache what it returns.
+(each kernel's caller keeps a PyTorch path). Callers cache what it returns. `split_rows` runs a
+kernel's independent rows in runs on several threads (ctypes releases the GIL for the call).
 
 Building: `cc` (or `$CC`, which may carry flags) with -O3 -march=native and the float flags that
 let it reassociate sums (not -ffast-math, whose shared objects can switch the whole process to
@@ -26,12 +27,16 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 # reassociation is what vectorizes the sums; no -ffinite-math-only: running maxima start at -inf
 FLAGS = ["-O3", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
          "-fassociative-math", "-freciprocal-math", "-ffp-contract=fast"]
 BUILD_TIMEOUT_S = 120.0
+STALL_S = 600.0  # a run of rows on a pool thread taking longer than this is a stall, not work
+_workers: list[tuple[int, int, ThreadPoolExecutor]] = []  # at most one: (pid, threads, the pool)
 
 
 def _cache_dir() -> Path:
@@ -100,3 +105,35 @@ def library(source: Path, fallback: str) -> ctypes.CDLL | None:
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         warnings.warn(f"{source.stem}: {e}; {fallback}", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _threads(count: int) -> ThreadPoolExecutor:
+    """`count` threads that run runs of rows while the calling thread runs the first run: a new
+    pool when the count has grown, and in a forked child (whose copy of the parent's pool has no
+    threads and would never run what it is given)."""
+    pid = os.getpid()
+    if _workers and _workers[0][0] == pid and _workers[0][1] >= count:
+        return _workers[0][2]
+    if _workers:
+        owner, _, old = _workers.pop()
+        if owner == pid:  # a parent's copy is left alone: its threads are not this process's
+            old.shutdown(wait=False)
+    _workers.append((pid, count, ThreadPoolExecutor(count, thread_name_prefix="tempering-native")))
+    return _workers[0][2]
+
+
+def split_rows(run: Callable[[int, int, int], None], rows: int, parts: int, name: str) -> None:
+    """`run(part, lo, hi)` over `parts` runs of rows [0, rows), the first on the calling thread and
+    the others on pool threads; a run that takes over STALL_S is a TimeoutError naming `name`."""
+    if parts <= 1:
+        run(0, 0, rows)
+        return
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    threads = _threads(parts - 1)
+    others = [threads.submit(run, i, lo, hi) for i, (lo, hi) in enumerate(zip(bounds[1:-1], bounds[2:]), 1)]
+    run(0, bounds[0], bounds[1])
+    for f in others:
+        try:
+            f.result(timeout=STALL_S)
+        except TimeoutError:
+            raise TimeoutError(f"{name}: a run of rows on a pool thread stalled for {STALL_S:.0f} s") from None

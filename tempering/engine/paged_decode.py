@@ -47,8 +47,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -81,25 +79,6 @@ def _kernel():
     decode.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     decode.restype = ctypes.c_int
     return decode
-
-
-STALL_S = 600.0  # a run of rows on a pool thread taking longer than this is a stall, not work
-_workers: list[tuple[int, int, ThreadPoolExecutor]] = []  # at most one: (pid, threads, the pool)
-
-
-def _threads(count: int) -> ThreadPoolExecutor:
-    """`count` threads that run runs of rows while the calling thread runs the first run: a new
-    pool when torch's thread count has grown, and in a forked child (whose copy of the parent's
-    pool has no threads and would never run what it is given)."""
-    pid = os.getpid()
-    if _workers and _workers[0][0] == pid and _workers[0][1] >= count:
-        return _workers[0][2]
-    if _workers:
-        owner, _, old = _workers.pop()
-        if owner == pid:  # a parent's copy is left alone: its threads are not this process's
-            old.shutdown(wait=False)
-    _workers.append((pid, count, ThreadPoolExecutor(count, thread_name_prefix="paged-decode")))
-    return _workers[0][2]
 
 
 def use(pool: KVPool) -> bool:
@@ -137,16 +116,5 @@ def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor,
         if kernel(ctypes.byref(args), scratch[part].ctypes.data, lo, hi) != 0:
             raise ValueError(f"paged_decode: head dim {d} is not a multiple of 16")
 
-    if parts == 1:
-        run(0, 0, rows)
-    else:
-        bounds = [rows * i // parts for i in range(parts + 1)]
-        threads = _threads(parts - 1)
-        others = [threads.submit(run, i, lo, hi) for i, (lo, hi) in enumerate(zip(bounds[1:-1], bounds[2:]), 1)]
-        run(0, bounds[0], bounds[1])
-        for f in others:
-            try:
-                f.result(timeout=STALL_S)
-            except TimeoutError:
-                raise TimeoutError(f"paged_decode: a run of rows on a pool thread stalled for {STALL_S:.0f} s") from None
+    native.split_rows(run, rows, parts, "paged_decode")
     return out, lse

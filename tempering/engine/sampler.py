@@ -10,7 +10,8 @@ whose rows are not truncated (RL sampling: no top-p, no top-k) go through a C ke
 (`sampler.c`, built by `native`) that does the softmax's two passes and the draw in one call, with
 no probabilities written: measured 0.7 ms for 64 rows of a 16k vocabulary, where the PyTorch
 path below takes 2.3-2.8 (with seeded rows), and 10 ms against 70 at a 152k vocabulary (Qwen's),
-one thread. Everything else takes the PyTorch path, which draws from the same uniform
+one thread. With more torch threads the rows are split into runs on that many (`native.split_rows`),
+as PyTorch's softmax would spread them. Everything else takes the PyTorch path, which draws from the same uniform
 numbers. A row whose largest logit is NaN or infinite (a broken model's) is a ValueError that
 names the row.
 """
@@ -27,6 +28,7 @@ from tempering.engine import native
 
 CHUNK = 128  # tokens per chunk of the two-level draw (CH in sampler.c)
 NATIVE = True  # tests turn it off to compare the two paths
+SPLIT_ELEMENTS = 1 << 18  # logits per run of rows on a thread at least: a hand-off costs ~50 us
 SOURCE = Path(__file__).with_suffix(".c")
 
 
@@ -105,10 +107,18 @@ def _native(logits: torch.Tensor, temperature: torch.Tensor,
     cpu = {"device": "cpu"}  # explicit: the default device may be another (tests set "meta")
     u = torch.zeros(rows, dtype=torch.float64, **cpu) if u is None else u.contiguous()
     tokens, logprobs = torch.empty(rows, dtype=torch.int64, **cpu), torch.empty(rows, **cpu)
-    cdf = torch.empty(-(-vocab // CHUNK), dtype=torch.float64, **cpu)
-    bad = _kernel()(logits.data_ptr(), rows, vocab, inv_t.data_ptr(), u.data_ptr(), tokens.data_ptr(),
-                    logprobs.data_ptr(), cdf.data_ptr())
-    if bad >= 0:
+    parts = max(1, min(torch.get_num_threads(), rows, rows * vocab // SPLIT_ELEMENTS))
+    cdf = torch.empty(parts, -(-vocab // CHUNK), dtype=torch.float64, **cpu)
+    kernel, bad = _kernel(), []
+
+    def run(part: int, lo: int, hi: int) -> None:
+        found = kernel(logits[lo].data_ptr() if hi > lo else 0, hi - lo, vocab, inv_t[lo:].data_ptr(),
+                       u[lo:].data_ptr(), tokens[lo:].data_ptr(), logprobs[lo:].data_ptr(), cdf[part].data_ptr())
+        if found >= 0:
+            bad.append(found)
+
+    native.split_rows(run, rows, parts, "sampler")
+    if bad:
         _check_finite(logits.amax(-1))
     return tokens, logprobs
 

@@ -117,7 +117,7 @@ def test_runs_of_rows_on_threads_equal_one_thread(monkeypatch):
     assert sorted((lo, hi) for _, lo, hi in ran) == [(0, 4), (4, 8), (8, 13)]
     # the caller runs the first run, pool threads the others
     assert [name for name, lo, _ in ran if lo == 0] == [threading.current_thread().name]
-    assert all(name.startswith("paged-decode") for name, lo, _ in ran if lo > 0)
+    assert all(name.startswith("tempering-native") for name, lo, _ in ran if lo > 0)
     assert torch.equal(one, many) and torch.equal(one_lse, many_lse)
 
 

@@ -153,3 +153,32 @@ def test_both_vector_widths_draw_as_the_torch_path(width, path, tmp_path, monkey
                 runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(8)]))
             assert runs[0][0].tolist() == runs[1][0].tolist()
             torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
+
+
+def test_runs_of_rows_on_threads_draw_what_one_thread_draws(path, monkeypatch):
+    """With more torch threads the C kernel's rows are split into runs on that many threads:
+    every row drawn, the same tokens and logprobs as on one thread; an empty batch is no run."""
+    if path == "torch":
+        pytest.skip("the C kernel's split")
+    logits, t = torch.randn(13, 300) * 3, torch.linspace(0.5, 2.0, 13).index_fill(0, torch.tensor([2, 9]), 0.0)
+    args = (torch.ones(13), torch.zeros(13, dtype=torch.long))
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(13)]  # noqa: E731
+    one = sample(logits, t, *args, gens())
+    kernel, runs = sampler._kernel(), []
+
+    def recorded(*a):
+        runs.append(a[1])  # the run's rows
+        return kernel(*a)
+
+    monkeypatch.setattr(sampler, "_kernel", lambda: recorded)
+    monkeypatch.setattr(sampler, "SPLIT_ELEMENTS", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        many = sample(logits, t, *args, gens())
+        empty = sample(torch.empty(0, 300), torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.long), [])
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(runs) == [0, 4, 4, 5]  # 13 rows in 3 runs, then the empty batch
+    assert torch.equal(one[0], many[0]) and torch.equal(one[1], many[1])
+    assert empty[0].shape == (0,) and empty[1].shape == (0,)
