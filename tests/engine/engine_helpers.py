@@ -72,3 +72,14 @@ def built_with(kernels, flags: str, cache, monkeypatch, compiler: str | None = N
     finally:
         for kernel in kernels:
             kernel.cache_clear()
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """Within: torch (and the C kernels' row splits, which follow it) use `count` threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_helpers import built_with, random_prompts
+from engine_helpers import built_with, random_prompts, torch_threads
 from tempering.engine import LLM, SamplingParams, paged_decode, sampler
 from tempering.engine.kv_cache import KVPool
 
@@ -108,12 +108,8 @@ def test_runs_of_rows_on_threads_equal_one_thread(monkeypatch):
 
     monkeypatch.setattr(paged_decode, "_kernel", lambda: recorded)
     monkeypatch.setattr(paged_decode, "SPLIT_KEYS", 1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(3)
-    try:
+    with torch_threads(3):
         many, many_lse = paged_decode.attend(pool, 0, q, index, mask)
-    finally:
-        torch.set_num_threads(threads)
     assert sorted((lo, hi) for _, lo, hi in ran) == [(0, 4), (4, 8), (8, 13)]
     # the caller runs the first run, pool threads the others
     assert [name for name, lo, _ in ran if lo == 0] == [threading.current_thread().name]

@@ -5,7 +5,7 @@ runs on both paths: sampler.c's (untruncated float32 rows on the CPU) and PyTorc
 import pytest
 import torch
 
-from engine_helpers import built_with
+from engine_helpers import built_with, torch_threads
 from tempering.engine import sampler
 from tempering.engine.sampler import sample
 
@@ -172,13 +172,9 @@ def test_runs_of_rows_on_threads_draw_what_one_thread_draws(path, monkeypatch):
 
     monkeypatch.setattr(sampler, "_kernel", lambda: recorded)
     monkeypatch.setattr(sampler, "SPLIT_ELEMENTS", 1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(3)
-    try:
+    with torch_threads(3):
         many = sample(logits, t, *args, gens())
         empty = sample(torch.empty(0, 300), torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.long), [])
-    finally:
-        torch.set_num_threads(threads)
     assert sorted(runs) == [0, 4, 4, 5]  # 13 rows in 3 runs, then the empty batch
     assert torch.equal(one[0], many[0]) and torch.equal(one[1], many[1])
     assert empty[0].shape == (0,) and empty[1].shape == (0,)
