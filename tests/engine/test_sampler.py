@@ -119,8 +119,12 @@ def test_both_paths_draw_the_same_tokens_from_the_same_seeds():
         torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
 
 
-def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it():
-    """NaN or +inf logits, or a row of -inf, are a broken model's: no distribution to draw from."""
+@pytest.mark.parametrize("kernel", ["built", "not built"])
+def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it(kernel, monkeypatch):
+    """NaN or +inf logits, or a row of -inf, are a broken model's: no distribution to draw from
+    (also where the C kernel could not be built)."""
+    if kernel == "not built":
+        monkeypatch.setattr(sampler, "_kernel", lambda: None)
     args = (torch.ones(3), torch.ones(3), torch.zeros(3, dtype=torch.long), [None] * 3)
     for bad in (float("nan"), float("inf")):
         logits = torch.randn(3, 40)
