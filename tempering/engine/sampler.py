@@ -38,7 +38,8 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     Rows with temperature 0 take the argmax. -> tokens [B] long, logprobs [B] float."""
     greedy = temperature == 0
     u = None if bool(greedy.all()) else _uniforms(generators)
-    if NATIVE and bool((top_p >= 1).all()) and bool((top_k == 0).all()):
+    truncated = not (bool((top_p >= 1).all()) and bool((top_k == 0).all()))
+    if NATIVE and not truncated:
         done = _native(logits, temperature, u)
         if done is not None:
             return done
@@ -55,7 +56,7 @@ def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
     if any_greedy:
         tokens = logits.argmax(dim=-1)
     if u is not None:
-        sampled = _draw(_truncate(probs, top_p, top_k), u.to(probs.device))
+        sampled = _draw(_truncate(probs, top_p, top_k) if truncated else probs, u.to(probs.device))
         tokens = torch.where(greedy, tokens, sampled) if any_greedy else sampled
     return tokens, probs.gather(1, tokens[:, None]).squeeze(1).log()
 
@@ -123,8 +124,6 @@ def _native(logits: torch.Tensor, temperature: torch.Tensor,
 
 
 def _truncate(probs: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    if bool((top_p >= 1).all()) and bool((top_k == 0).all()):
-        return probs
     sorted_p, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(probs.shape[-1], device=probs.device)[None, :]
     before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
