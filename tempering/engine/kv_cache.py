@@ -9,11 +9,17 @@ scales (see kv_quant) and dequantized on gather. With `summaries`, it keeps each
 elementwise min and max key per layer as keys are written (block-sparse attention scores blocks
 by them, `sparse`), and the float32 sums of its keys and of its values (the blocks a row does
 not read are attended through their means). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
-step did not touch leave memory after it (`kv_offload`). This module knows nothing of sequences.
+step did not touch leave memory after it (`kv_offload`). On Linux a CPU pool's keys and values
+ask for 2 MiB pages (`_advise_huge_pages`): decode reads blocks scattered over the pool, and with
+4 KiB pages nearly every block's read began with a TLB miss (measured: 7-9% of a decode
+attention call). This module knows nothing of sequences.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 from pathlib import Path
 
 import torch
@@ -49,6 +55,8 @@ class KVPool:
         else:
             self.k = [torch.empty(slots, kv_heads, head_dim, dtype=store, **on) for _ in range(layers)]
             self.v = [torch.empty(slots, kv_heads, head_dim, dtype=store, **on) for _ in range(layers)]
+            for t in self.k + self.v:
+                _advise_huge_pages(t)
         if self.quantized:
             self.k_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16, **on) for _ in range(layers)]
             self.v_scale = [torch.ones(slots, kv_heads, 1, dtype=torch.float16, **on) for _ in range(layers)]
@@ -159,3 +167,28 @@ class KVPool:
     def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """An int8 pool's keys, values and their scales in `layer` (`stored` and the scales)."""
         return *self.stored(layer, index), self.k_scale[layer], self.v_scale[layer]
+
+
+HUGE_PAGE = 2 << 20
+_MADV_HUGEPAGE = 14  # linux/mman.h
+
+
+@functools.lru_cache(maxsize=1)
+def _madvise():
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return madvise
+
+
+def _advise_huge_pages(t: torch.Tensor) -> None:
+    """Ask Linux to back the 2 MiB-aligned part of CPU tensor `t`'s memory with transparent huge
+    pages once it is touched. A hint: where the kernel has no THP or it is off, nothing changes.
+    Untouched memory stays untouched; the pool hands out its lowest free blocks first, so what a
+    pool holds in memory grows by at most one 2 MiB page per tensor beyond what it uses."""
+    if sys.platform != "linux" or t.device.type != "cpu":
+        return
+    start = t.data_ptr()
+    lo = -(-start // HUGE_PAGE) * HUGE_PAGE
+    hi = (start + t.numel() * t.element_size()) // HUGE_PAGE * HUGE_PAGE
+    if hi > lo:
+        _madvise()(lo, hi - lo, _MADV_HUGEPAGE)

@@ -1,12 +1,15 @@
 """KV storage and attention options: int8 KV, sliding window + sinks, block-sparse flex attention."""
 
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 from engine_helpers import ARCH, assert_matches_trainer, random_prompts
 from tempering.engine import LLM, SamplingParams
+from tempering.engine.kv_cache import HUGE_PAGE, KVPool
 from tempering.engine.kv_quant import dequantize, quantize
 from tempering.models import build_model
 
@@ -16,6 +19,35 @@ def test_int8_round_trip_error_is_half_a_step():
     q, scale = quantize(x)
     assert q.dtype == torch.int8 and scale.dtype == torch.float16
     assert ((dequantize(q, scale) - x).abs() <= scale.float() / 2 + 1e-6).all()
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping holding `address`, from /proc/self/smaps."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if head == "VmFlags:" and inside:
+            return line.split()[1:]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(sys.platform != "linux" or not Path("/sys/kernel/mm/transparent_hugepage").exists(),
+                    reason="transparent huge pages are a Linux feature this kernel lacks")
+@pytest.mark.parametrize("kv_dtype", ["fp32", "int8"])
+def test_a_cpu_pools_keys_and_values_ask_for_huge_pages(kv_dtype, tmp_path):
+    pool = KVPool(2, 4096, 16, 2, 64, dtype=kv_dtype)  # 4-8 MiB per tensor
+    for t in pool.k + pool.v:
+        start, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+        inner = -(-start // HUGE_PAGE) * HUGE_PAGE
+        assert inner + HUGE_PAGE <= end and "hg" in _vm_flags(inner)  # hg: madvise(MADV_HUGEPAGE)
+    pool.write(1, torch.tensor([5, 60000]), torch.ones(2, 2, 64), torch.full((2, 2, 64), 2.0))
+    k, v = pool.gather(1, torch.tensor([60000, 5]))
+    assert torch.allclose(k, torch.ones_like(k), atol=1e-3) and torch.allclose(v, torch.full_like(v, 2.0), atol=1e-3)
+    offloaded = KVPool(2, 4096, 16, 2, 64, offload_dir=tmp_path)  # a file's pages: left as they are
+    assert "hg" not in _vm_flags(-(-offloaded.k[0].data_ptr() // HUGE_PAGE) * HUGE_PAGE)
 
 
 def test_int8_kv_agrees_with_fp32_and_uses_under_0_3x_the_bytes(model):
