@@ -18,7 +18,9 @@ bandwidth (`read_gib_per_s`, measured in the run), `fraction_of_ceiling_with_kv_
 ceiling plus those reads over ours, and `fraction_at_read_floor` the ceiling over the ceiling plus
 those reads: the most of the ceiling an engine can reach that reads these bytes of KV cache at
 that bandwidth, overlapped with nothing (sliding, whose window bounds its reads, has none of
-these).
+these). `beyond_ceiling` splits ours' CPU time past the ceiling into what the ceiling leaves out,
+timed during the run (`CpuSplit`): attention (the KV writes, decode and prefill attention),
+sampling, and the rest (scheduling, bookkeeping, the forward's other work running slower).
 
 With `--repeats N` every engine's run of a case (ours, HF's, vLLM's) and every ceiling forward
 is timed N times and the least CPU time kept: on a shared machine a run is only ever slowed by
@@ -45,7 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tempering.engine import LLM, SamplingParams  # noqa: E402
+from tempering.engine import LLM, SamplingParams, attention, model_runner  # noqa: E402
 from tempering.models import Arch, build_model, save_hf  # noqa: E402
 
 ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
@@ -137,17 +139,47 @@ def engine_options(case: str) -> dict:
     return opts
 
 
+class CpuSplit:
+    """Within its block, the process CPU seconds spent in the engine's attention (each layer's
+    `PagedAttention` call: the KV write, decode and prefill attention) and in sampling: the parts
+    of an engine's run that the ceiling does not have, so that `ours - ceiling` can be split into
+    them and the rest (scheduling, bookkeeping, the forward's other work running slower)."""
+
+    def __init__(self):
+        self.attention = self.sampling = 0.0
+
+    def _timed(self, fn, part: str):
+        def wrapper(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                setattr(self, part, getattr(self, part) + time.process_time() - start)
+        return wrapper
+
+    def __enter__(self) -> "CpuSplit":
+        self._saved = attention.PagedAttention.__call__, model_runner.sample
+        attention.PagedAttention.__call__ = self._timed(self._saved[0], "attention")
+        model_runner.sample = self._timed(self._saved[1], "sampling")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        attention.PagedAttention.__call__, model_runner.sample = self._saved
+
+
 def run_ours(model, case: str, work) -> dict:
     engine = LLM(model, **engine_options(case))
     params = [SamplingParams(n=n, temperature=1.0, max_tokens=new, ignore_eos=True, seed=i)
               for i, (_, n, new) in enumerate(work)]
     outs = []
-    wall, cpu = timed(lambda: outs.extend(engine.generate([p for p, _, _ in work], params)))
+    with CpuSplit() as split:
+        wall, cpu = timed(lambda: outs.extend(engine.generate([p for p, _, _ in work], params)))
     tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
     s = engine.stats
     prompt_tokens = sum(len(p) * n for p, n, _ in work)  # what n independent requests would prefill
     result = rates(tokens, wall, cpu)
     result.update(
+        attention_cpu_s=round(split.attention, 2), sampling_cpu_s=round(split.sampling, 2),
         prefix_hit_rate=round(1 - s["computed_tokens"] / prompt_tokens, 3),
         kv_bytes_per_token=engine.pool.bytes_per_token,
         kv_waste=round(s["unused_slot_steps"] / max(1, s["allocated_slot_steps"]), 4),
@@ -334,6 +366,12 @@ def main() -> None:
             floor = ceilings[models[case]].cpu_seconds(work[case])
             entry["ceiling"] = {"cpu_s": round(floor, 2), "tok_per_cpu_s": round(entry["ours"]["tokens"] / floor, 1)}
             entry["ours"]["fraction_of_ceiling"] = round(floor / entry["ours"]["cpu_s"], 3)
+            # where ours goes beyond the ceiling: attention, sampling, and the rest
+            ours = entry["ours"]
+            beyond = ours["cpu_s"] - floor
+            ours["beyond_ceiling"] = {"cpu_s": round(beyond, 2), "attention_cpu_s": ours["attention_cpu_s"],
+                                      "sampling_cpu_s": ours["sampling_cpu_s"],
+                                      "rest_cpu_s": round(beyond - ours["attention_cpu_s"] - ours["sampling_cpu_s"], 2)}
             if case != "sliding":  # a window bounds its reads; the others read every context whole
                 reads = Ceiling.kv_reads(work[case]) * entry["ours"]["kv_bytes_per_token"]
                 read_s = reads / bandwidth
