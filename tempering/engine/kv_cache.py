@@ -11,8 +11,8 @@ by them, `sparse`), and the float32 sums of its keys and of its values (the bloc
 not read are attended through their means). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
 step did not touch leave memory after it (`kv_offload`). On Linux a CPU pool's keys and values
 ask for 2 MiB pages (`_advise_huge_pages`): decode reads blocks scattered over the pool, and with
-4 KiB pages nearly every block's read began with a TLB miss (measured: 7-9% of a decode
-attention call). This module knows nothing of sequences.
+4 KiB pages nearly every block's read began with a TLB miss (`bench/kv_pages.py`: 2-9% of a
+decode attention call, on a noisy machine). This module knows nothing of sequences.
 """
 
 from __future__ import annotations
