@@ -63,6 +63,7 @@ class DecodeBucket:
     index: torch.Tensor  # [(hi - lo) * keys] pool slots
     mask: torch.Tensor  # [hi - lo, 1, 1, keys] bool
     bias: torch.Tensor | None = None  # the same as 0 / -inf, for the log-sum-exp kernel
+    reader: paged_decode.Reader | None = None  # made by the step's first layer, used by all
 
 
 @dataclass
@@ -122,7 +123,10 @@ class PagedAttention:
         if self.sparse is not None and layer in self.sparse_layers:
             return self._sparse(layer, q, k, v, out, gqa)
         if meta.num_decode:
-            out[0, :, :meta.num_decode] = self._decode(layer, q[0, :, :meta.num_decode]).transpose(0, 1)
+            rows = out[0, :, :meta.num_decode].transpose(0, 1)  # [B, H, D]: contiguous where q's layout is
+            done = self._decode(layer, q[0, :, :meta.num_decode], rows if rows.is_contiguous() else None)
+            if done is not rows:
+                rows.copy_(done)
         for c in meta.prefills:
             span = slice(c.start, c.start + c.length)
             out[:, :, span] = self._prefill(layer, q[:, :, span], k[:, :, span], v[:, :, span], c, gqa)
@@ -144,20 +148,25 @@ class PagedAttention:
                                                                  is_causal=True, enable_gqa=gqa)
         return out
 
-    def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """q [H, B, D] (one query per decode row) -> [B, H, D]."""
+    def _decode(self, layer: int, q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """q [H, B, D] (one query per decode row) -> [B, H, D], written into `out` when given
+        (contiguous, q's dtype)."""
         heads, b, d = q.shape
         pool, kvh = self.pool, self.pool.kv_heads
         rep = heads // kvh
         qd = q.transpose(0, 1).unsqueeze(2)  # [B, H, 1, D]
-        out = q.new_empty(b, heads, d)
+        out = q.new_empty(b, heads, d) if out is None else out
         lse = q.new_empty(b, kvh, rep) if self.meta.shared else None
         for bk in self.meta.decode:
             rows = qd[bk.lo: bk.hi].reshape(-1, kvh, rep, d)
             if paged_decode.use(pool):
-                o, l = paged_decode.attend(pool, layer, rows, bk.index.view(bk.hi - bk.lo, bk.keys),
-                                           bk.mask.view(bk.hi - bk.lo, bk.keys))
-                out[bk.lo: bk.hi] = o.view(-1, heads, d)
+                if bk.reader is None:
+                    bk.reader = paged_decode.Reader(pool, bk.index.view(bk.hi - bk.lo, bk.keys),
+                                                    bk.mask.view(bk.hi - bk.lo, bk.keys))
+                direct = out.dtype == torch.float32  # the kernel writes the rows' outputs in place
+                o, l = bk.reader.read(layer, rows, out[bk.lo: bk.hi].view(rows.shape) if direct else None)
+                if not direct:
+                    out[bk.lo: bk.hi] = o.view(-1, heads, d)
                 if lse is not None:
                     lse[bk.lo: bk.hi] = l
                 continue

@@ -73,13 +73,10 @@ def _uniforms(generators: list[torch.Generator | None]) -> torch.Tensor:
     """One uniform number in [0, 1) per row, float64, on the host, where the requests'
     generators are: seeded rows draw theirs from their own generator, so their samples do not
     depend on what else is in the batch."""
-    u = torch.empty(len(generators), dtype=torch.float64, device="cpu")
     if all(g is None for g in generators):
-        return u.uniform_()
-    for i, g in enumerate(generators):
-        u[i] = torch.rand((), dtype=torch.float64, generator=g, device="cpu") if g is not None else torch.rand(
-            (), device="cpu")
-    return u
+        return torch.empty(len(generators), dtype=torch.float64, device="cpu").uniform_()
+    # one cat of one-element draws: assigning each into a tensor cost 12 us a row (0.8 ms a step at 64 rows)
+    return torch.cat([torch.rand(1, dtype=torch.float64, generator=g, device="cpu") for g in generators])
 
 
 @functools.lru_cache(maxsize=1)

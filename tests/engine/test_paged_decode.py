@@ -28,10 +28,10 @@ def _pool(kv_heads: int, d: int, blocks: int = 256, block: int = 4, seed: int = 
     return pool
 
 
-def _reference(pool: KVPool, q, index, mask):
+def _reference(pool: KVPool, q, index, mask, layer: int = 0):
     """SDPA over the gathered keys and values, and the log-sum-exp of the scaled scores."""
     rows, keys = index.shape
-    kk, vv = pool.gather(0, index.reshape(-1))
+    kk, vv = pool.gather(layer, index.reshape(-1))
     kk = kk.view(rows, keys, pool.kv_heads, -1).transpose(1, 2)
     vv = vv.view(rows, keys, pool.kv_heads, -1).transpose(1, 2)
     scores = torch.einsum("bgrd,bgkd->bgrk", q, kk) * q.shape[-1] ** -0.5
@@ -64,6 +64,30 @@ def _check_against_sdpa(kv_heads, rep, d, rows, keys):
     ref, ref_lse = _reference(pool, q, index, mask)
     torch.testing.assert_close(out, ref, atol=TOL, rtol=1e-5)
     torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
+
+
+def test_one_reader_serves_every_layer_of_a_step():
+    """A `Reader` is made once per step and read by each layer: every layer's result is its own
+    keys' and values' (not the first layer's), written in place into an `out` when one is given;
+    queries that do not fit its rows are a ValueError that says so."""
+    g = torch.Generator().manual_seed(7)
+    pool = KVPool(3, 64, 4, 2, 16)
+    slots = torch.arange(256)
+    for layer in range(3):
+        pool.write(layer, slots, torch.randn(256, 2, 16, generator=g) * 3, torch.randn(256, 2, 16, generator=g))
+    index = torch.stack([torch.randperm(256, generator=g)[:40] for _ in range(5)])
+    mask = torch.arange(40)[None] < torch.tensor([40, 1, 17, 33, 8])[:, None]
+    reader = paged_decode.Reader(pool, index, mask)
+    for layer in (0, 2, 1):
+        q = torch.randn(5, 2, 3, 16, generator=g)
+        into = torch.full((5, 2, 3, 16), float("nan"))
+        out, lse = reader.read(layer, q, into)
+        ref, ref_lse = _reference(pool, q, index, mask, layer)
+        assert out is into
+        torch.testing.assert_close(out, ref, atol=TOL, rtol=1e-5)
+        torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"queries \(4, 2, 3, 16\) do not fit 5 rows"):
+        reader.read(0, torch.randn(4, 2, 3, 16))
 
 
 def _int8_pool(kv_heads: int, d: int, blocks: int = 256, block: int = 4) -> KVPool:
@@ -246,8 +270,8 @@ def test_the_engine_gives_the_same_tokens_and_logprobs_as_with_gather(model, mon
     prompts = random_prompts(5, 20, 120, seed=3)
     params = [SamplingParams(n=4, temperature=1.0, seed=5, max_tokens=48, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)]
-    runs, attend, calls = {}, paged_decode.attend, []
-    monkeypatch.setattr(paged_decode, "attend", lambda *a: calls.append(a[-1].shape) or attend(*a))
+    runs, read, calls = {}, paged_decode.Reader.read, []
+    monkeypatch.setattr(paged_decode.Reader, "read", lambda self, *a: calls.append(a[1].shape) or read(self, *a))
     for enabled in (True, False):
         monkeypatch.setattr(paged_decode, "ENABLED", enabled)
         engine = LLM(model, max_seq_len=256, **options)
