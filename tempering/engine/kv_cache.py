@@ -169,6 +169,36 @@ class KVPool:
         return *self.stored(layer, index), self.k_scale[layer], self.v_scale[layer]
 
 
+class HeadsApart:
+    """A pool seen as one of a single kv head, whose slot `slot * kv_heads + head` is head `head`
+    of `slot`: for attention whose rows read a different set of slots through each kv head
+    (block-sparse selection per kv head), through code written for one set per row (`stored`,
+    `quantized_layer` and `gather` as `KVPool`'s, over the same memory, no copy)."""
+
+    def __init__(self, pool: KVPool):
+        self.pool, self.kv_heads, self.head_dim = pool, 1, pool.head_dim
+        self.quantized, self.dtype, self.device = pool.quantized, pool.dtype, pool.device
+
+    def _flat(self, t: torch.Tensor) -> torch.Tensor:
+        return t.view(-1, 1, t.shape[-1])
+
+    def stored(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = self.pool.stored(layer, torch.div(index, self.pool.kv_heads, rounding_mode="floor"))
+        return self._flat(k), self._flat(v)
+
+    def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        k, v, ks, vs = self.pool.quantized_layer(layer, torch.div(index, self.pool.kv_heads, rounding_mode="floor"))
+        return self._flat(k), self._flat(v), self._flat(ks), self._flat(vs)
+
+    def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """index [M] -> k, v [M, 1, head_dim] in the model's dtype (fresh tensors)."""
+        if not self.quantized:
+            return tuple(t.index_select(0, index) for t in self.stored(layer, index))
+        k, v, ks, vs = self.quantized_layer(layer, index)
+        return (dequantize(k.index_select(0, index), ks.index_select(0, index)).to(self.dtype),
+                dequantize(v.index_select(0, index), vs.index_select(0, index)).to(self.dtype))
+
+
 HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14  # linux/mman.h
 

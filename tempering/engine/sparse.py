@@ -5,12 +5,17 @@ A row is one decode query, or one block of a prefill chunk's queries (`block_siz
 positions of one sequence). KV blocks are the pool's pages. Each block's keys are summarised by
 their elementwise min and max (`KVPool` keeps them per layer as keys are written), which bound
 q . k for every key of the block from above (Quest's bound: sum over d of max(q_d min_d,
-q_d max_d)), summed over the query heads; a row of several queries takes, per dimension, the
-largest positive and the most negative of its queries' values, which bounds every one of them. The row then attends to the union of its sink blocks (the sequence's
-first), local blocks (the one holding its last query and those before it) and top-k blocks,
-with the causal mask; a row whose context has no more blocks than that union reads all of them,
+q_d max_d)), per kv head, summed over that head's query heads; a row of several queries takes,
+per dimension, the largest positive and the most negative of its queries' values, which bounds
+every one of them. Each kv head of the row then attends to the union of its sink blocks (the
+sequence's first), local blocks (the one holding its last query and those before it) and its own
+top-k blocks, with the causal mask: heads attend to different places, and a choice shared by
+the heads spends their reads on the blocks of whichever head scores highest. A row's kv heads
+are read as rows of their own over the pool seen as one of a single kv head (`HeadsApart`);
+with offload, the union of the heads' blocks is what a step touches. A row whose context has
+no more blocks than that union reads all of them,
 so with `topk` covering every block this is dense attention (a test). Reading costs
-`(sinks + local + topk) * block_size` keys per row at any length; scoring costs one bound per
+`(sinks + local + topk) * block_size` keys per row and kv head at any length; scoring costs one bound per
 block, `1 / block_size` of dense attention's q . k work.
 
 The blocks a row does not read are not dropped (with `rest_group` > 0): in groups of
@@ -44,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from tempering.engine import int8_attention, paged_decode, partial_attention
-from tempering.engine.kv_cache import KVPool
+from tempering.engine.kv_cache import HeadsApart, KVPool
 from tempering.engine.partial_attention import merge
 
 
@@ -74,14 +79,16 @@ class SparseRows:
 
 def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows,
            shared: bool | None = None) -> torch.Tensor:
-    """q [R, Q, H, D] (each row's queries; padding rows of Q are zero) -> [R, S] table indices of
-    the blocks each row reads, S = min(spec.blocks, W); -1 where a row has fewer blocks than S.
-    A block's score bounds q . k over the row's queries and its keys, summed over the query heads."""
+    """q [R, Q, H, D] (each row's queries; padding rows of Q are zero) -> [R, KVH, S] table indices
+    of the blocks each row reads through each kv head, S = min(spec.blocks, W); -1 where a row has
+    fewer blocks than S. A block's score for a kv head bounds q . k over the row's queries and the
+    block's keys of that head, summed over the head's query heads: each kv head takes the blocks
+    that matter to it (heads attend to different places), at the cost of one shared choice."""
     r, nq, heads, d = q.shape
     kvh = pool.kv_heads
     width = rows.tables.shape[1]
-    j = torch.arange(width, device=q.device)[None, :]
-    n = rows.num_blocks[:, None]
+    j = torch.arange(width, device=q.device)[None, None, :]
+    n = rows.num_blocks[:, None, None]
     valid = j < n
     always = (j < spec.sinks) | ((j >= n - spec.local) & valid)
     s = min(spec.blocks, width)
@@ -91,91 +98,103 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
         real = (rows.tokens >= 0)[:, :, None, None]
         qf = q.float()
         # summed over a kv head's query heads first: sum_x sum_d q_xd k_d = sum_d (sum_x q_xd) k_d
-        top = qf.clamp(min=0).masked_fill(~real, 0).amax(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
-        bottom = qf.clamp(max=0).masked_fill(~real, 0).amin(1).view(r, kvh, heads // kvh, d).sum(2).view(r, -1)
+        top = qf.clamp(min=0).masked_fill(~real, 0).amax(1).view(r, kvh, heads // kvh, d).sum(2)
+        bottom = qf.clamp(max=0).masked_fill(~real, 0).amin(1).view(r, kvh, heads // kvh, d).sum(2)
         if shared if shared is not None else _shared(rows):  # one table for all rows: one summary
-            # the query blocks of one prefill chunk share their sequence's table: one [W, KVH * D]
+            # the query blocks of one prefill chunk share their sequence's table: one [W, KVH, D]
             # summary for all rows, not a copy per row (R times the bytes, quadratic in length)
-            lo, hi = (t[layer][rows.tables[0]].float().view(width, -1) for t in (pool.k_min, pool.k_max))
-            score = top @ hi.T + bottom @ lo.T
+            lo, hi = (t[layer][rows.tables[0]].float().transpose(0, 1) for t in (pool.k_min, pool.k_max))
+            score = (top.transpose(0, 1) @ hi.transpose(1, 2) + bottom.transpose(0, 1) @ lo.transpose(1, 2))
+            score = score.transpose(0, 1)  # [R, KVH, W]
         else:
             score = _block_scores(pool.k_max[layer], pool.k_min[layer], top, bottom, rows.tables)
     else:
-        score = torch.zeros(r, width, device=q.device)
+        score = torch.zeros(r, kvh, width, device=q.device)
     score = torch.where(always, torch.inf, score).masked_fill_(~valid, -torch.inf)
-    top, chosen = score.topk(s, dim=1)
+    top, chosen = score.topk(s, dim=2)
     return torch.where(top > -torch.inf, chosen, -1)
 
 
 def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows) -> torch.Tensor:
-    """q [H, N, D] (the step's queries) -> [R, Q, H, D]: each row's queries attended over the
-    blocks `select` picks for it, and the rest of its blocks as their group means (`rest`)
-    (padding rows of Q are garbage, never read back)."""
+    """q [H, N, D] (the step's queries) -> [R, Q, H, D]: each row's queries attended, through each
+    kv head, over the blocks `select` picks for that head, and the rest of its blocks as their
+    group means (`rest`) (padding rows of Q are garbage, never read back). Each (row, kv head)
+    is read as a row of its own over the pool seen as one of a single kv head (`HeadsApart`)."""
     heads, _, d = q.shape
     bs, kvh = pool.block_size, pool.kv_heads
+    rep = heads // kvh
     taken = rows.tokens.clamp(min=0)
     qr = q[:, taken].permute(1, 0, 2, 3)  # [R, H, Q, D]
     shared = _shared(rows)  # looked at once for both
-    chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, S]
+    chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, KVH, S]
     unread = rest(spec, pool, layer, rows, chosen, shared)
-    r, s = chosen.shape
-    block = rows.tables.gather(1, chosen.clamp(min=0))  # pool block ids
+    r, _, s = chosen.shape
+    nq = qr.shape[2]
+    block = rows.tables.gather(1, chosen.clamp(min=0).view(r, -1)).view(r, kvh, s)  # pool block ids
     offsets = torch.arange(bs, device=q.device)
-    slots = (block[:, :, None] * bs + offsets).reshape(r, s * bs)
-    key_pos = (chosen[:, :, None] * bs + offsets).reshape(r, s * bs)
-    readable = (chosen >= 0)[:, :, None].expand(r, s, bs).reshape(r, s * bs)
+    head = torch.arange(kvh, device=q.device)[None, :, None]
+    slots = ((block[..., None] * bs + offsets).view(r, kvh, s * bs) * kvh + head).view(r * kvh, s * bs)
+    key_pos = (chosen[..., None] * bs + offsets).view(r * kvh, s * bs)
+    readable = (chosen >= 0)[..., None].expand(r, kvh, s, bs).reshape(r * kvh, s * bs)
+    positions = rows.positions.repeat_interleave(kvh, 0)  # [R * KVH, Q]
     # slots past the row's last query are never written yet (or hold another sequence's keys, or
     # the pool's uninitialised memory): zeroed, as a NaN there would reach the output through 0 x NaN
-    written = readable & (key_pos <= rows.positions.max(1).values[:, None])  # [R, K]
-    mask = written[:, None, :] & (key_pos[:, None, :] <= rows.positions[:, :, None])  # [R, Q, K]
-    mask[:, :, 0] |= rows.positions < 0  # a padding query sees one key (its output is dropped)
-    rep, nq = heads // kvh, qr.shape[2]
-    if nq == 1 and paged_decode.use(pool):  # decode rows: masked slots are skipped, never read
-        out, lse = paged_decode.attend(pool, layer, qr.reshape(r, kvh, rep, d), slots, mask[:, 0])
-        out, lse = out.view(r, heads, 1, d), lse.view(r, heads, 1)
-        return (out if unread is None else merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
-    if int8_attention.use(pool, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
-        out, lse = int8_attention.attend(pool, layer, qr, slots, mask, lse=True)
-        return (out if unread is None else merge(out, lse, *_attend_rest(qr, unread))).transpose(1, 2)
-    kk, vv = pool.gather(layer, slots.reshape(-1))
+    written = readable & (key_pos <= positions.max(1).values[:, None])  # [R * KVH, K]
+    mask = written[:, None, :] & (key_pos[:, None, :] <= positions[:, :, None])  # [R * KVH, Q, K]
+    mask[:, :, 0] |= positions < 0  # a padding query sees one key (its output is dropped)
+    apart = HeadsApart(pool)
+    qh = qr.reshape(r * kvh, rep, nq, d)  # a kv head's query heads, a row of their own
+
+    def done(out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
+        out = out.reshape(r, heads, nq, d)
+        if unread is not None:
+            out = merge(out, lse.reshape(r, heads, nq), *_attend_rest(qr, unread))
+        return out.transpose(1, 2)  # [R, Q, H, D]
+
+    if nq == 1 and paged_decode.use(apart):  # decode rows: masked slots are skipped, never read
+        return done(*paged_decode.attend(apart, layer, qh.reshape(r * kvh, 1, rep, d), slots, mask[:, 0]))
+    if int8_attention.use(apart, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
+        return done(*int8_attention.attend(apart, layer, qh, slots, mask, lse=True))
+    kk, vv = apart.gather(layer, slots.reshape(-1))
     zero = ~written.reshape(-1, 1, 1)
-    kk = kk.masked_fill_(zero, 0).view(r, s * bs, kvh, d).transpose(1, 2)  # in place: the pool's gather buffer
-    vv = vv.masked_fill_(zero, 0).view(r, s * bs, kvh, d).transpose(1, 2)
+    kk = kk.masked_fill_(zero, 0).view(r * kvh, 1, s * bs, d)
+    vv = vv.masked_fill_(zero, 0).view(r * kvh, 1, s * bs, d)
     # A kv head's query heads act as more query rows (SDPA's GQA would copy the keys and values
-    # once per query head): [R, KVH, rep * Q, D] against [R, KVH, K, D], the mask repeated.
-    grouped = qr.reshape(r, kvh, rep * nq, d)
-    mask = mask[:, None].expand(r, rep, nq, mask.shape[-1]).reshape(r, 1, rep * nq, -1)
+    # once per query head): [R * KVH, 1, rep * Q, D] against [R * KVH, 1, K, D], the mask repeated.
+    grouped = qh.reshape(r * kvh, 1, rep * nq, d)
+    mask = mask[:, None].expand(r * kvh, rep, nq, s * bs).reshape(r * kvh, 1, rep * nq, -1)
     bias = torch.where(mask, 0.0, -torch.inf).to(q.dtype)  # measured: SDPA runs faster with it than with bool
     if unread is None:
-        out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias)
-    elif (flash := partial_attention.FLASH_WITH_LSE) is not None and q.device.type == "cpu":  # merged by its lse
-        out, lse = flash(grouped, kk, vv, attn_mask=bias)[:2]
-        mine, theirs = _attend_rest(qr, unread)
-        out = merge(out.reshape(r, heads, nq, d), lse.reshape(r, heads, nq), mine, theirs)
-    else:  # the group means as more keys, weighted by their counts through the mask
-        kk = torch.cat([kk, unread.keys.to(kk.dtype)], 2)
-        vv = torch.cat([vv, unread.values.to(vv.dtype)], 2)
-        mask = torch.cat([bias, unread.bias[:, None, None, :].to(q.dtype).expand(r, 1, rep * nq, -1)], 3)
-        out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=mask)
-    return out.view(r, heads, nq, d).transpose(1, 2)  # [R, Q, H, D]
+        return done(F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias), None)
+    if (flash := partial_attention.FLASH_WITH_LSE) is not None and q.device.type == "cpu":  # merged by its lse
+        return done(*flash(grouped, kk, vv, attn_mask=bias)[:2])
+    # the group means as more keys, weighted by their counts through the mask
+    groups = unread.keys.shape[2]
+    kk = torch.cat([kk, unread.keys.to(kk.dtype).reshape(r * kvh, 1, groups, d)], 2)
+    vv = torch.cat([vv, unread.values.to(vv.dtype).reshape(r * kvh, 1, groups, d)], 2)
+    means = unread.bias.reshape(r * kvh, 1, 1, groups).to(q.dtype).expand(r * kvh, 1, rep * nq, groups)
+    out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=torch.cat([bias, means], 3))
+    return out.view(r, heads, nq, d).transpose(1, 2)
 
 
 @dataclass
 class Rest:
-    """Each row's unread blocks, per group of `SparseSpec.rest_group` blocks, as one key."""
+    """Each row's unread blocks, per kv head and group of `SparseSpec.rest_group` blocks, as one key."""
     keys: torch.Tensor  # [R, KVH, G, D] the unread keys' mean (float32)
     values: torch.Tensor  # [R, KVH, G, D] the unread values' mean
-    bias: torch.Tensor  # [R, G] log of how many keys the mean stands for; -inf where none
+    bias: torch.Tensor  # [R, KVH, G] log of how many keys the mean stands for; -inf where none
 
 
 def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: torch.Tensor,
          shared: bool | None = None) -> Rest | None:
-    """The blocks of each row's context not in `chosen` [R, S], grouped; None when there are
-    none to group (`rest_group` 0, or every row reads all its blocks). Unread blocks lie before
-    all of the row's queries (they are neither its local blocks nor past them), so each is whole
-    and visible to every query of the row. Groups grow past `rest_group` blocks where a context
-    would have more than MAX_GROUPS of them: a row's cost stays bounded at any length."""
-    r, s = chosen.shape
+    """The blocks of each row's context not in `chosen` [R, KVH, S] (per kv head), grouped; None
+    when there are none to group (`rest_group` 0, or every row reads all its blocks). Unread
+    blocks lie before all of the row's queries (they are neither its local blocks nor past
+    them), so each is whole and visible to every query of the row. Groups grow past `rest_group`
+    blocks where a context would have more than MAX_GROUPS of them: a row's cost stays bounded at
+    any length. A group's sums over all its blocks are made once for all kv heads; each head's
+    own chosen blocks are then taken out of its copy."""
+    r, kvh, s = chosen.shape
     width = rows.tables.shape[1]
     if spec.rest_group == 0 or width <= s:
         return None
@@ -183,15 +202,17 @@ def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: t
     groups, dev = -(-width // g), chosen.device
     # each row's groups end at its own last block: [R, groups + 1] block edges
     edges = (torch.arange(groups + 1, device=dev) * g)[None].clamp(max=rows.num_blocks[:, None])
-    count = (edges[:, 1:] - edges[:, :-1]).float()  # blocks per group
+    count = (edges[:, 1:] - edges[:, :-1]).float()[:, None].repeat(1, kvh, 1)  # [R, KVH, groups] blocks
     read, at = chosen >= 0, chosen.clamp(min=0)
-    count.scatter_add_(1, at // g, -read.float())  # the chosen blocks are read exactly: not in their group
+    count.scatter_add_(2, at // g, -read.float())  # the chosen blocks are read exactly: not in their group
     shared = _shared(rows) if shared is None else shared
     if not shared:  # each row's blocks, up to its last, in one list; a bag per group (embedding_bag
         # sums them where they lie: gathering them first took 14 of 15 ms at 16k blocks)
         valid = torch.arange(width, device=dev)[None] < rows.num_blocks[:, None]
         listed = rows.tables[valid]
         bags = ((rows.num_blocks.cumsum(0) - rows.num_blocks)[:, None] + edges[:, :-1]).view(-1)
+    blocks = rows.tables.gather(1, at.view(r, -1)).view(r, kvh, s)  # pool ids of the chosen blocks
+    head = torch.arange(kvh, device=dev)[None, :, None]
     means = []
     for t in (pool.k_sum[layer], pool.v_sum[layer]):
         per_block = t.view(t.shape[0], -1)  # [pool blocks, KVH * D]
@@ -200,10 +221,11 @@ def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: t
             sums = (prefix[edges[:, 1:]] - prefix[edges[:, :-1]]).float()  # [R, groups, KVH * D]
         else:  # an empty bag (a group past the row's blocks) sums to 0
             sums = F.embedding_bag(listed, per_block.float(), bags, mode="sum").view(r, groups, -1)
-        picked = per_block[rows.tables.gather(1, at)] * read[..., None]  # [R, S, KVH * D]
-        sums.scatter_add_(1, (at // g)[..., None].expand_as(picked), -picked)
+        sums = sums.view(r, groups, kvh, -1).transpose(1, 2).contiguous()  # [R, KVH, groups, D]
+        picked = t[blocks, head].float() * read[..., None]  # [R, KVH, S, D]: each head's own chosen blocks
+        sums.scatter_add_(2, (at // g)[..., None].expand_as(picked), -picked)
         means.append(sums.div_((count * pool.block_size).clamp(min=1)[..., None]))
-    k, v = (m.view(r, groups, pool.kv_heads, pool.head_dim).transpose(1, 2) for m in means)
+    k, v = means
     return Rest(k, v, torch.where(count > 0, (count * pool.block_size).log(), -torch.inf))
 
 
@@ -213,7 +235,7 @@ def _attend_rest(qr: torch.Tensor, unread: Rest) -> tuple[torch.Tensor, torch.Te
     r, heads, nq, d = qr.shape
     kvh = unread.keys.shape[1]
     scores = qr.float().reshape(r, kvh, heads // kvh * nq, d) @ unread.keys.transpose(2, 3) * d ** -0.5
-    scores += unread.bias[:, None, None, :]
+    scores += unread.bias[:, :, None, :]
     lse = scores.logsumexp(-1)
     weights = (scores - torch.where(torch.isfinite(lse), lse, 0)[..., None]).exp_()  # all 0 where none
     return (weights @ unread.values).view(r, heads, nq, d), lse.view(r, heads, nq)
@@ -221,21 +243,21 @@ def _attend_rest(qr: torch.Tensor, unread: Rest) -> tuple[torch.Tensor, torch.Te
 
 def _block_scores(hi: torch.Tensor, lo: torch.Tensor, top: torch.Tensor, bottom: torch.Tensor,
                   tables: torch.Tensor) -> torch.Tensor:
-    """Quest's bound top . hi + bottom . lo of the blocks in each row's table: hi, lo [pool blocks,
-    KVH, D], top, bottom [R, KVH * D], tables [R, W] -> [R, W]. Where the tables list a third of
-    the pool's blocks or more, every pool block is scored once for all rows (one matrix product
-    that reads the summaries where they lie); else the rows' blocks are copied out first
-    (index_select, 3x faster than indexing with the [R, W] tables, and a copy costs about three
-    reads). A block no table lists may score NaN (an unwritten block's infinite bounds): never
-    gathered, or masked by the caller (a table's padding)."""
+    """Quest's bound top . hi + bottom . lo per kv head of the blocks in each row's table: hi, lo
+    [pool blocks, KVH, D], top, bottom [R, KVH, D], tables [R, W] -> [R, KVH, W]. Where the tables
+    list a third of the pool's blocks or more, every pool block is scored once for all rows (one
+    matrix product per kv head that reads the summaries where they lie); else the rows' blocks are
+    copied out first (index_select, 3x faster than indexing with the [R, W] tables, and a copy
+    costs about three reads). A block no table lists may score NaN (an unwritten block's infinite
+    bounds): never gathered, or masked by the caller (a table's padding)."""
     r, width = tables.shape
-    hi, lo = hi.view(hi.shape[0], -1), lo.view(lo.shape[0], -1)
+    kvh = hi.shape[1]
     if 3 * tables.numel() >= hi.shape[0]:
-        every = hi.float() @ top.T + lo.float() @ bottom.T  # [pool blocks, R]
-        return every.T.gather(1, tables)
+        every = hi.float().transpose(0, 1) @ top.permute(1, 2, 0) + lo.float().transpose(0, 1) @ bottom.permute(1, 2, 0)
+        return every.permute(2, 0, 1).gather(2, tables[:, None, :].expand(r, kvh, width))  # from [KVH, blocks, R]
     flat = tables.reshape(-1)
-    hi, lo = (t.index_select(0, flat).float().view(r, width, -1) for t in (hi, lo))
-    return torch.bmm(hi, top[:, :, None]).squeeze(2) + torch.bmm(lo, bottom[:, :, None]).squeeze(2)
+    hi, lo = (t.index_select(0, flat).float().view(r, width, kvh, -1).transpose(1, 2) for t in (hi, lo))
+    return (hi @ top[..., None] + lo @ bottom[..., None]).squeeze(3)
 
 
 def _shared(rows: SparseRows) -> bool:

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from engine_helpers import random_prompts
-from tempering.engine import LLM, SamplingParams, int8_attention, paged_decode
+from tempering.engine import LLM, SamplingParams, int8_attention, kv_cache, paged_decode
 from tempering.engine.kv_cache import KVPool
 
 TOL = 1e-5  # both are fp32 over the same int8 values; only summation order differs
@@ -103,6 +103,7 @@ def test_engine_greedy_tokens_equal_the_dequantize_path(model, monkeypatch, opti
     params = SamplingParams(n=3, temperature=0, max_tokens=40, ignore_eos=True)
 
     monkeypatch.setattr(paged_decode, "ENABLED", False)  # its own decode path for int8 (test_paged_decode)
+    apart = kv_cache.HeadsApart.gather  # block-sparse rows gather through a per-kv-head view
 
     def run(fused: bool):
         monkeypatch.setattr(int8_attention, "MODE", "always" if fused else "never")
@@ -119,6 +120,11 @@ def test_engine_greedy_tokens_equal_the_dequantize_path(model, monkeypatch, opti
             return attend(*a, **kw)
 
         monkeypatch.setattr(engine.pool, "gather", counted_gather)
+        def counted_apart(*a, **kw):
+            calls["gather"] += 1
+            return apart(*a, **kw)
+
+        monkeypatch.setattr(kv_cache.HeadsApart, "gather", counted_apart)
         monkeypatch.setattr(int8_attention, "attend", counted_attend)
         outs = engine.generate(prompts, params) + engine.generate(prompts, params)  # the second: prefix hits
         monkeypatch.setattr(int8_attention, "attend", attend)

@@ -75,7 +75,7 @@ def test_offloaded_engine_generates_the_same_and_holds_only_what_a_step_reads(tm
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     want = _engine(model).generate(prompts, params)
     llm = _engine(model, kv_offload_dir=str(tmp_path))
-    llm.pool.offload.idle_steps = 2  # the default 8 would keep most of these short contexts resident
+    llm.pool.offload.idle_steps = 1  # the default 8 would keep most of these short contexts resident
     for p in prompts:
         llm.add_request(p, params)
     peak_running, resident_then = 0, []
@@ -93,8 +93,8 @@ def test_offloaded_engine_generates_the_same_and_holds_only_what_a_step_reads(tm
         assert o.outputs[0].token_ids == w.outputs[0].token_ids
         assert o.outputs[0].logprobs == w.outputs[0].logprobs  # the same bytes, read back from the file
     usage = llm.kv_usage()
-    # a decode step reads per layer the sink, 2 local and 3 chosen blocks of each sequence, of the
-    # 56 blocks the two contexts fill; what the last 2-4 steps chose stays
+    # a decode step reads per layer the sink, 2 local and 3 chosen blocks per kv head (2) of each
+    # sequence, at most 18 of the 56 blocks the two contexts fill; what the last 1-2 steps chose stays
     assert max(resident_then[-10:]) < peak_running / 2
     assert usage.file_bytes >= 0.5 * peak_running  # the cold blocks went to the file
     assert llm.pool.offload.stats["prefetched_blocks"] > 0

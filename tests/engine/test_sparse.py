@@ -58,12 +58,45 @@ def test_few_blocks_read_and_the_matching_block_chosen():
     spec = SparseSpec(topk=1, sinks=1, local=2)
     rows = SparseRows(tokens=torch.tensor([[0]]), positions=torch.tensor([[12 * bs - 1]]), tables=table,
                       num_blocks=torch.tensor([12]))
-    chosen = select(spec, pool, 0, target.view(1, 1, 1, d), rows)
-    assert sorted(chosen[0].tolist()) == [0, 6, 10, 11]  # the sink, the match, the two local blocks
+    chosen = select(spec, pool, 0, target.view(1, 1, 1, d), rows)  # [row, kv head, block]
+    assert sorted(chosen[0, 0].tolist()) == [0, 6, 10, 11]  # the sink, the match, the two local blocks
     # a context with fewer blocks than sinks + local + topk reads them all, once each
     rows.num_blocks = torch.tensor([3])
     rows.positions = torch.tensor([[3 * bs - 1]])
-    assert sorted(select(spec, pool, 0, target.view(1, 1, 1, d), rows)[0].tolist()) == [-1, 0, 1, 2]
+    assert sorted(select(spec, pool, 0, target.view(1, 1, 1, d), rows)[0, 0].tolist()) == [-1, 0, 1, 2]
+
+
+@pytest.mark.parametrize("path", ["kernel", "sdpa"])
+def test_each_kv_head_reads_the_blocks_that_match_its_own_queries(path, monkeypatch):
+    """Two kv heads whose queries match keys in different blocks: with one block to choose, each
+    head takes its own match (one choice shared by the heads would miss one of them), and each
+    head's output is attention over exactly its own blocks' keys (oracle: SDPA per head)."""
+    from tempering.engine import paged_decode
+    from tempering.engine.sparse import attend
+
+    monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
+    bs, kvh, d, blocks = 4, 2, 16, 12
+    pool = KVPool(layers=1, num_blocks=16, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
+    g = torch.Generator().manual_seed(4)
+    keys = 0.1 * torch.randn(blocks * bs, kvh, d, generator=g)
+    values = torch.randn(blocks * bs, kvh, d, generator=g)
+    q = torch.zeros(kvh, d)
+    q[0, 2], q[1, 9] = 1.0, 1.0
+    keys[3 * bs + 1, 0] = 6 * q[0]  # head 0's match in block 3, head 1's in block 7
+    keys[7 * bs + 2, 1] = 6 * q[1]
+    table = torch.tensor([list(range(15, 3, -1))])
+    slots = (table[0, :, None] * bs + torch.arange(bs)).reshape(-1)
+    pool.write(0, slots, keys, values)
+    rows = SparseRows(tokens=torch.tensor([[0]]), positions=torch.tensor([[blocks * bs - 1]]), tables=table,
+                      num_blocks=torch.tensor([blocks]))
+    spec = SparseSpec(topk=1, sinks=1, local=2)
+    chosen = select(spec, pool, 0, q.view(1, 1, kvh, d), rows)
+    assert [sorted(chosen[0, h].tolist()) for h in range(kvh)] == [[0, 3, 10, 11], [0, 7, 10, 11]]
+    got = attend(spec, pool, 0, q.view(kvh, 1, d), rows)[0, 0]  # [H, D]
+    for h, own in enumerate(([0, 3, 10, 11], [0, 7, 10, 11])):
+        at = torch.cat([torch.arange(b * bs, (b + 1) * bs) for b in own])
+        want = F.scaled_dot_product_attention(q[h].view(1, 1, d), keys[at, h][None], values[at, h][None])
+        torch.testing.assert_close(got[h], want.view(d), atol=1e-5, rtol=1e-5)
 
 
 def test_query_blocks_of_one_chunk_score_as_if_each_were_alone():
@@ -90,7 +123,8 @@ def test_query_blocks_of_one_chunk_score_as_if_each_were_alone():
     for i in range(r):
         alone = SparseRows(tokens[i:i + 1], positions[i:i + 1], table[None], rows.num_blocks[i:i + 1])
         one = select(spec, pool, 0, q[i:i + 1].masked_fill((tokens[i:i + 1] < 0)[:, :, None, None], 0), alone)
-        assert sorted(one[0].tolist()) == sorted(together[i].tolist()), i
+        for h in range(kvh):
+            assert sorted(one[0, h].tolist()) == sorted(together[i, h].tolist()), (i, h)
 
 
 def test_block_summaries_bound_every_key_of_their_block(model):
@@ -206,7 +240,7 @@ def test_a_forked_partial_block_sums_only_the_slots_copied():
 
 
 def test_block_scores_of_several_rows_by_either_path_match_a_loop():
-    """Quest's bound per row and block of its table: scoring every pool block at once (tables that
+    """Quest's bound per row, kv head and block of its table: scoring every pool block at once (tables that
     cover the pool) and copying the rows' blocks out (a pool much larger) both give the plain
     loop's numbers; unlisted blocks with infinite bounds (never written) do not leak in."""
     from tempering.engine.sparse import _block_scores
@@ -222,18 +256,19 @@ def test_block_scores_of_several_rows_by_either_path_match_a_loop():
             tables[r, :n] = order[at: at + n]
             at += n
         hi[order[at:]], lo[order[at:]] = torch.inf, -torch.inf  # blocks no table lists
-        top, bottom = torch.randn(3, kvh * d, generator=g), torch.randn(3, kvh * d, generator=g)
+        top, bottom = torch.randn(3, kvh, d, generator=g), torch.randn(3, kvh, d, generator=g)
         got = _block_scores(hi, lo, top, bottom, tables)
         for r, n in enumerate(lengths):
             for w in range(n):
                 b = tables[r, w]
-                want = top[r] @ hi[b].reshape(-1) + bottom[r] @ lo[b].reshape(-1)
-                torch.testing.assert_close(got[r, w], want, rtol=1e-5, atol=1e-5)
+                for h in range(kvh):
+                    want = top[r, h] @ hi[b, h] + bottom[r, h] @ lo[b, h]
+                    torch.testing.assert_close(got[r, h, w], want, rtol=1e-5, atol=1e-5)
 
 
 def test_unread_group_means_of_several_decode_rows_match_a_loop(monkeypatch):
     """Decode rows of different lengths, each with its own table: every group's mean key and value
-    over the row's blocks it does not read, and the log of how many keys it stands for, as a plain
+    over the blocks a row does not read through each kv head (the heads read different ones), and the log of how many keys it stands for, as a plain
     loop over the pool's per-block sums computes them (groups past a row's last block: none)."""
     from tempering.engine import sparse
 
@@ -250,17 +285,19 @@ def test_unread_group_means_of_several_decode_rows_match_a_loop(monkeypatch):
         at += n
     rows = SparseRows(tokens=torch.tensor([[0], [1], [2]]), positions=torch.tensor([[n * bs - 1] for n in lengths]),
                       tables=tables, num_blocks=torch.tensor(lengths))
-    chosen = torch.tensor([[0, 2, -1], [0, 5, 6], [0, 3, 12]])  # the blocks each row reads (-1: none)
+    # the blocks each row reads through each kv head (-1: none)
+    chosen = torch.tensor([[[0, 2, -1], [0, 1, -1]], [[0, 5, 6], [0, 5, 6]], [[0, 3, 12], [0, 9, 12]]])
     spec = SparseSpec(topk=1, sinks=1, local=1, rest_group=2)
     got = sparse.rest(spec, pool, 0, rows, chosen)
     size = 5  # ceil(13 / 3)
     for r, n in enumerate(lengths):
-        for i in range(3):
-            blocks = [w for w in range(i * size, min((i + 1) * size, n)) if w not in chosen[r].tolist()]
-            if not blocks:
-                assert got.bias[r, i] == -torch.inf
-                continue
-            ids = tables[r, blocks]
-            torch.testing.assert_close(got.keys[r, :, i], pool.k_sum[0][ids].sum(0) / (len(blocks) * bs))
-            torch.testing.assert_close(got.values[r, :, i], pool.v_sum[0][ids].sum(0) / (len(blocks) * bs))
-            assert got.bias[r, i].item() == pytest.approx(float(torch.log(torch.tensor(len(blocks) * bs))))
+        for h in range(kvh):
+            for i in range(3):
+                blocks = [w for w in range(i * size, min((i + 1) * size, n)) if w not in chosen[r, h].tolist()]
+                if not blocks:
+                    assert got.bias[r, h, i] == -torch.inf
+                    continue
+                ids = tables[r, blocks]
+                torch.testing.assert_close(got.keys[r, h, i], pool.k_sum[0][ids, h].sum(0) / (len(blocks) * bs))
+                torch.testing.assert_close(got.values[r, h, i], pool.v_sum[0][ids, h].sum(0) / (len(blocks) * bs))
+                assert got.bias[r, h, i].item() == pytest.approx(float(torch.log(torch.tensor(len(blocks) * bs))))
