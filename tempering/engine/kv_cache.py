@@ -70,7 +70,7 @@ class KVPool:
             self.k_sum, self.v_sum = ([torch.zeros(num_blocks, kv_heads, head_dim, **on) for _ in range(layers)]
                                       for _ in range(2))
         empty = torch.empty(0, dtype=model_dtype, **on)
-        self._bufs = [(empty, empty), (empty, empty)]
+        self._bufs = [(empty, empty), (empty, empty)]  # gather's reused outputs, flat
 
     @property
     def bytes_per_token(self) -> int:
@@ -101,22 +101,30 @@ class KVPool:
     def gather(self, layer: int, index: torch.Tensor, buffer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """index [M] slots -> k, v [M, kv_heads, head_dim] in the model's dtype, valid until the next gather
         into the same `buffer` (0 or 1: two gathers can be alive at once)."""
-        m = index.numel()
-        bk, bv = self._bufs[buffer]
-        if bk.shape[0] < m:
-            shape = (max(m, 2 * bk.shape[0]), self.kv_heads, self.head_dim)
-            bk, bv = torch.empty(shape, dtype=self.dtype, device=self.device), torch.empty(
-                shape, dtype=self.dtype, device=self.device)
-            self._bufs[buffer] = (bk, bv)
-        bk, bv = bk[:m], bv[:m]
         if self.offload is not None:
             self.offload.prefetch(layer, torch.div(index, self.block_size, rounding_mode="floor"))
-        if not self.quantized:
-            torch.index_select(self.k[layer], 0, index, out=bk)
-            torch.index_select(self.v[layer], 0, index, out=bv)
+        scales = (self.k_scale[layer], self.v_scale[layer]) if self.quantized else None
+        return self.gather_from(self.k[layer], self.v[layer], scales, index, buffer)
+
+    def gather_from(self, k: torch.Tensor, v: torch.Tensor, scales: tuple[torch.Tensor, torch.Tensor] | None,
+                    index: torch.Tensor, buffer: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """`gather` from k, v [rows, heads, head_dim] (the pool's tensors of a layer, or a view of
+        them, with their int8 `scales`): rows `index` [M] -> [M, heads, head_dim] in the model's
+        dtype, in `buffer` (reused: on CPU a fresh large allocation page-faults on every call)."""
+        m, heads = index.numel(), k.shape[1]
+        need = m * heads * self.head_dim
+        bk, bv = self._bufs[buffer]
+        if bk.numel() < need:
+            size = max(need, 2 * bk.numel())
+            bk, bv = (torch.empty(size, dtype=self.dtype, device=self.device) for _ in range(2))
+            self._bufs[buffer] = (bk, bv)
+        bk, bv = (b[:need].view(m, heads, self.head_dim) for b in (bk, bv))
+        if scales is None:
+            torch.index_select(k, 0, index, out=bk)
+            torch.index_select(v, 0, index, out=bv)
             return bk, bv
-        dequantize(self.k[layer].index_select(0, index), self.k_scale[layer].index_select(0, index), out=bk)
-        dequantize(self.v[layer].index_select(0, index), self.v_scale[layer].index_select(0, index), out=bv)
+        dequantize(k.index_select(0, index), scales[0].index_select(0, index), out=bk)
+        dequantize(v.index_select(0, index), scales[1].index_select(0, index), out=bv)
         return bk, bv
 
     def _summarise(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -191,12 +199,11 @@ class HeadsApart:
         return self._flat(k), self._flat(v), self._flat(ks), self._flat(vs)
 
     def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """index [M] -> k, v [M, 1, head_dim] in the model's dtype (fresh tensors)."""
+        """index [M] -> k, v [M, 1, head_dim] in the model's dtype, as `KVPool.gather` (its buffer 0)."""
         if not self.quantized:
-            return tuple(t.index_select(0, index) for t in self.stored(layer, index))
+            return self.pool.gather_from(*self.stored(layer, index), None, index)
         k, v, ks, vs = self.quantized_layer(layer, index)
-        return (dequantize(k.index_select(0, index), ks.index_select(0, index)).to(self.dtype),
-                dequantize(v.index_select(0, index), vs.index_select(0, index)).to(self.dtype))
+        return self.pool.gather_from(k, v, (ks, vs), index)
 
 
 HUGE_PAGE = 2 << 20

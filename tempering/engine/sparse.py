@@ -80,10 +80,11 @@ class SparseRows:
 def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows,
            shared: bool | None = None) -> torch.Tensor:
     """q [R, Q, H, D] (each row's queries; padding rows of Q are zero) -> [R, KVH, S] table indices
-    of the blocks each row reads through each kv head, S = min(spec.blocks, W); -1 where a row has
-    fewer blocks than S. A block's score for a kv head bounds q . k over the row's queries and the
+    of the blocks each row reads through each kv head, in ascending order, S = min(spec.blocks, W);
+    -1 (first) where a row has fewer blocks than S. A block's score for a kv head bounds q . k over the row's queries and the
     block's keys of that head, summed over the head's query heads: each kv head takes the blocks
-    that matter to it (heads attend to different places), at the cost of one shared choice."""
+    that matter to it (heads attend to different places), reading as many keys as one choice
+    shared by the heads would."""
     r, nq, heads, d = q.shape
     kvh = pool.kv_heads
     width = rows.tables.shape[1]
@@ -112,7 +113,8 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
         score = torch.zeros(r, kvh, width, device=q.device)
     score = torch.where(always, torch.inf, score).masked_fill_(~valid, -torch.inf)
     top, chosen = score.topk(s, dim=2)
-    return torch.where(top > -torch.inf, chosen, -1)
+    # in block order: the heads' sinks and local blocks then share their columns (`_reads`)
+    return torch.where(top > -torch.inf, chosen, -1).sort(dim=2).values
 
 
 def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows) -> torch.Tensor:
@@ -129,19 +131,8 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, KVH, S]
     unread = rest(spec, pool, layer, rows, chosen, shared)
     r, _, s = chosen.shape
-    nq = qr.shape[2]
-    block = rows.tables.gather(1, chosen.clamp(min=0).view(r, -1)).view(r, kvh, s)  # pool block ids
-    offsets = torch.arange(bs, device=q.device)
-    head = torch.arange(kvh, device=q.device)[None, :, None]
-    slots = ((block[..., None] * bs + offsets).view(r, kvh, s * bs) * kvh + head).view(r * kvh, s * bs)
-    key_pos = (chosen[..., None] * bs + offsets).view(r * kvh, s * bs)
-    readable = (chosen >= 0)[..., None].expand(r, kvh, s, bs).reshape(r * kvh, s * bs)
-    positions = rows.positions.repeat_interleave(kvh, 0)  # [R * KVH, Q]
-    # slots past the row's last query are never written yet (or hold another sequence's keys, or
-    # the pool's uninitialised memory): zeroed, as a NaN there would reach the output through 0 x NaN
-    written = readable & (key_pos <= positions.max(1).values[:, None])  # [R * KVH, K]
-    mask = written[:, None, :] & (key_pos[:, None, :] <= positions[:, :, None])  # [R * KVH, Q, K]
-    mask[:, :, 0] |= positions < 0  # a padding query sees one key (its output is dropped)
+    nq, keys = qr.shape[2], s * bs
+    slots, written, mask = _reads(rows, chosen, bs)  # [R * KVH, K], and [R, K], [R, Q, K] for every kv head
     apart = HeadsApart(pool)
     qh = qr.reshape(r * kvh, rep, nq, d)  # a kv head's query heads, a row of their own
 
@@ -152,29 +143,52 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
         return out.transpose(1, 2)  # [R, Q, H, D]
 
     if nq == 1 and paged_decode.use(apart):  # decode rows: masked slots are skipped, never read
-        return done(*paged_decode.attend(apart, layer, qh.reshape(r * kvh, 1, rep, d), slots, mask[:, 0]))
+        return done(*paged_decode.attend(apart, layer, qh.reshape(r * kvh, 1, rep, d), slots,
+                                         mask[:, 0].repeat_interleave(kvh, 0)))
     if int8_attention.use(apart, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
-        return done(*int8_attention.attend(apart, layer, qh, slots, mask, lse=True))
+        return done(*int8_attention.attend(apart, layer, qh, slots, mask.repeat_interleave(kvh, 0), lse=True))
     kk, vv = apart.gather(layer, slots.reshape(-1))
-    zero = ~written.reshape(-1, 1, 1)
-    kk = kk.masked_fill_(zero, 0).view(r * kvh, 1, s * bs, d)
-    vv = vv.masked_fill_(zero, 0).view(r * kvh, 1, s * bs, d)
+    zero = ~written[:, None, :, None]
+    kk = kk.view(r, kvh, keys, d).masked_fill_(zero, 0)  # in place: the pool's gather buffer
+    vv = vv.view(r, kvh, keys, d).masked_fill_(zero, 0)
     # A kv head's query heads act as more query rows (SDPA's GQA would copy the keys and values
-    # once per query head): [R * KVH, 1, rep * Q, D] against [R * KVH, 1, K, D], the mask repeated.
-    grouped = qh.reshape(r * kvh, 1, rep * nq, d)
-    mask = mask[:, None].expand(r * kvh, rep, nq, s * bs).reshape(r * kvh, 1, rep * nq, -1)
+    # once per query head): [R, KVH, rep * Q, D] against [R, KVH, K, D], one mask for the heads.
+    grouped = qh.reshape(r, kvh, rep * nq, d)
+    mask = mask[:, None].expand(r, rep, nq, keys).reshape(r, 1, rep * nq, keys)
     bias = torch.where(mask, 0.0, -torch.inf).to(q.dtype)  # measured: SDPA runs faster with it than with bool
     if unread is None:
         return done(F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias), None)
     if (flash := partial_attention.FLASH_WITH_LSE) is not None and q.device.type == "cpu":  # merged by its lse
         return done(*flash(grouped, kk, vv, attn_mask=bias)[:2])
-    # the group means as more keys, weighted by their counts through the mask
+    # the group means as more keys, weighted by their counts through the mask (one per kv head)
+    kk = torch.cat([kk, unread.keys.to(kk.dtype)], 2)
+    vv = torch.cat([vv, unread.values.to(vv.dtype)], 2)
     groups = unread.keys.shape[2]
-    kk = torch.cat([kk, unread.keys.to(kk.dtype).reshape(r * kvh, 1, groups, d)], 2)
-    vv = torch.cat([vv, unread.values.to(vv.dtype).reshape(r * kvh, 1, groups, d)], 2)
-    means = unread.bias.reshape(r * kvh, 1, 1, groups).to(q.dtype).expand(r * kvh, 1, rep * nq, groups)
-    out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=torch.cat([bias, means], 3))
+    means = unread.bias[:, :, None, :].to(q.dtype).expand(r, kvh, rep * nq, groups)
+    out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=torch.cat([bias.expand(r, kvh, -1, -1), means], 3))
     return out.view(r, heads, nq, d).transpose(1, 2)
+
+
+def _reads(rows: SparseRows, chosen: torch.Tensor, bs: int) -> tuple[torch.Tensor, ...]:
+    """The keys each (row, kv head) reads, as rows of `HeadsApart` (row-major, kv head minor):
+    chosen [R, KVH, S] (sorted, as `select` returns it) -> slots [R * KVH, K] (`slot * KVH +
+    head`), K = S * bs; and, the same for every kv head of a row, written [R, K] (the key is in
+    the row's context) and mask [R, Q, K] (and visible to the query). One mask serves the heads
+    because their sorted choices differ only in top-k blocks, which lie wholly before the row's
+    queries: the sinks and local blocks take the same columns in every head."""
+    r, kvh, s = chosen.shape
+    block = rows.tables.gather(1, chosen.clamp(min=0).view(r, -1)).view(r, kvh, s)  # pool block ids
+    offsets = torch.arange(bs, device=chosen.device)
+    head = torch.arange(kvh, device=chosen.device)[None, :, None]
+    slots = ((block[..., None] * bs + offsets).view(r, kvh, s * bs) * kvh + head).view(r * kvh, s * bs)
+    key_pos = (chosen[:, 0, :, None] * bs + offsets).view(r, s * bs)  # kv head 0's: the columns' visibility
+    readable = (chosen[:, 0] >= 0)[..., None].expand(r, s, bs).reshape(r, s * bs)
+    # slots past the row's last query are never written yet (or hold another sequence's keys, or
+    # the pool's uninitialised memory): zeroed, as a NaN there would reach the output through 0 x NaN
+    written = readable & (key_pos <= rows.positions.max(1).values[:, None])
+    mask = written[:, None, :] & (key_pos[:, None, :] <= rows.positions[:, :, None])
+    mask[:, :, 0] |= rows.positions < 0  # a padding query sees one key (its output is dropped)
+    return slots, written, mask
 
 
 @dataclass
