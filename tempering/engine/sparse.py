@@ -13,10 +13,10 @@ top-k blocks, with the causal mask: heads attend to different places, and a choi
 the heads spends their reads on the blocks of whichever head scores highest. A row's kv heads
 are read as rows of their own over the pool seen as one of a single kv head (`HeadsApart`);
 with offload, the union of the heads' blocks is what a step touches. A row whose context has
-no more blocks than that union reads all of them,
-so with `topk` covering every block this is dense attention (a test). Reading costs
-`(sinks + local + topk) * block_size` keys per row and kv head at any length; scoring costs one bound per
-block, `1 / block_size` of dense attention's q . k work.
+no more blocks than that union reads all of them, so with `topk` covering every block this is
+dense attention (a test). Reading costs `(sinks + local + topk) * block_size` keys per row and kv
+head at any length; scoring costs one bound per block, `1 / block_size` of dense attention's
+q . k work.
 
 The blocks a row does not read are not dropped (with `rest_group` > 0): in groups of
 `rest_group` consecutive blocks of its sequence (more where that would make over MAX_GROUPS
@@ -81,10 +81,10 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
            shared: bool | None = None) -> torch.Tensor:
     """q [R, Q, H, D] (each row's queries; padding rows of Q are zero) -> [R, KVH, S] table indices
     of the blocks each row reads through each kv head, in ascending order, S = min(spec.blocks, W);
-    -1 (first) where a row has fewer blocks than S. A block's score for a kv head bounds q . k over the row's queries and the
-    block's keys of that head, summed over the head's query heads: each kv head takes the blocks
-    that matter to it (heads attend to different places), reading as many keys as one choice
-    shared by the heads would."""
+    -1 (first) where a row has fewer blocks than S. A block's score for a kv head bounds q . k
+    over the row's queries and the block's keys of that head, summed over the head's query
+    heads: each kv head takes the blocks that matter to it (heads attend to different places),
+    reading as many keys as one choice shared by the heads would."""
     r, nq, heads, d = q.shape
     kvh = pool.kv_heads
     width = rows.tables.shape[1]
