@@ -190,12 +190,16 @@ class HeadsApart:
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(-1, 1, t.shape[-1])
 
+    def _slots(self, index: torch.Tensor) -> torch.Tensor:
+        """The pool's slots of these (only an offloaded pool looks at them: its prefetch)."""
+        return index if self.pool.offload is None else torch.div(index, self.pool.kv_heads, rounding_mode="floor")
+
     def stored(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, v = self.pool.stored(layer, torch.div(index, self.pool.kv_heads, rounding_mode="floor"))
+        k, v = self.pool.stored(layer, self._slots(index))
         return self._flat(k), self._flat(v)
 
     def quantized_layer(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        k, v, ks, vs = self.pool.quantized_layer(layer, torch.div(index, self.pool.kv_heads, rounding_mode="floor"))
+        k, v, ks, vs = self.pool.quantized_layer(layer, self._slots(index))
         return self._flat(k), self._flat(v), self._flat(ks), self._flat(vs)
 
     def gather(self, layer: int, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
