@@ -5,7 +5,8 @@ the same machine, the same run. Prints one JSON object.
 Cases: a) 1 prompt x 128 -> 128 tokens; b) 16 samples of one 128-token prompt; b-long) 16 samples
 of one 1024-token prompt; c) 64 varied prompts (32-256 tokens) -> 128 tokens; c-var) the same
 prompts with output lengths uniform in [16, 256]; int8) case c with int8 KV, plus greedy top-1
-agreement with fp32 over 1,000 teacher-forced tokens; bf16) case c with the model's weights, and so
+agreement with fp32 over 1,000 teacher-forced tokens; fp16kv) case c with float16 KV under the
+float32 model (half the bytes each decode step reads); bf16) case c with the model's weights, and so
 its KV cache, in bfloat16 (HF and vLLM in bfloat16 too, and a bfloat16 ceiling); sliding) 4 samples
 x 1,024 tokens with a 256-token window and 4 sinks. All sampling is at temperature 1 (RL
 sampling); EOS is off so every sequence runs to its length. Throughput is reported per wall
@@ -54,7 +55,7 @@ ARCH = Arch(vocab_size=16384, hidden_size=384, intermediate_size=1024, num_hidde
             num_attention_heads=6, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096)
 FP32_KV_BYTES = 2 * ARCH.num_hidden_layers * ARCH.num_key_value_heads * ARCH.head_dim * 4  # per token
 BLOCK = int(os.environ.get("BLOCK", 16))  # the engine default
-CASES = ("a", "b", "b-long", "c", "c-var", "int8", "bf16", "sliding")
+CASES = ("a", "b", "b-long", "c", "c-var", "int8", "fp16kv", "bf16", "sliding")
 VLLM_CASES = ("a", "b", "b-long", "c", "c-var", "bf16")
 
 
@@ -71,6 +72,7 @@ def workloads(seed: int = 0) -> dict[str, list[tuple[list[int], int, int]]]:
         "c": [(p, 1, 128) for p in varied],
         "c-var": [(p, 1, n) for p, n in zip(varied, lengths)],
         "int8": [(p, 1, 128) for p in varied],
+        "fp16kv": [(p, 1, 128) for p in varied],
         "bf16": [(p, 1, 128) for p in varied],
         "sliding": [(tokens(128), 4, 1024)],
     }
@@ -132,8 +134,9 @@ def rates(tokens: int, wall: float, cpu: float) -> dict:
 
 def engine_options(case: str) -> dict:
     opts = {"max_seq_len": 2048, "max_batch_size": 64, "max_batched_tokens": 512, "block_size": BLOCK}
-    if case == "int8":
-        opts["kv_dtype"] = "int8"
+    kv = {"int8": "int8", "fp16kv": "fp16"}
+    if case in kv:
+        opts["kv_dtype"] = kv[case]
     if case == "sliding":
         opts.update(sliding_window=256, attention_sinks=4)
     return opts

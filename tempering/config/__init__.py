@@ -104,7 +104,10 @@ class EngineConfig:
     # from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap bounds the weights).
     # Without such units (AVX2 only) 16-bit runs several times slower than float32: the engine warns
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    kv_dtype: Literal["fp32", "int8"] = "fp32"  # int8: per-token scales, about 0.27x the bytes
+    # the KV cache's storage: "fp32" = the engine's dtype (above); "fp16" / "bf16" = 16-bit keys and
+    # values under a float32 engine (half the bytes, and half what each decode step reads; fp16
+    # keeps 3 more mantissa bits, bf16 float32's range); "int8" = per-token scales, about 0.27x
+    kv_dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
     # a directory: keys and values live in a memory-mapped file there, and blocks a step did not
     # read or write leave memory after it (engine.kv_offload); "" = all in memory
     kv_offload_dir: str = ""

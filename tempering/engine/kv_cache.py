@@ -5,7 +5,8 @@ block * block_size + offset, on the model's device: writing a step's tokens is o
 context is one `index_select` per layer into a buffer reused by every layer (measured here:
 gathering slot-major rows is about 3x cheaper than head-major ones, and attention over the
 gathered view is cheaper too). With `dtype="int8"` values are stored quantized with per-token
-scales (see kv_quant) and dequantized on gather. With `summaries`, it keeps each block's
+scales (see kv_quant) and dequantized on gather; with "fp16" or "bf16" they are stored rounded to
+16 bits under a wider model (half the bytes) and widened on gather. With `summaries`, it keeps each block's
 elementwise min and max key per layer as keys are written (block-sparse attention scores blocks
 by them, `sparse`), and the float32 sums of its keys and of its values (the blocks a row does
 not read are attended through their means). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
@@ -28,18 +29,23 @@ from tempering.engine.kv_offload import Offload
 from tempering.engine.kv_quant import dequantize, quantize
 
 
+STORAGE = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.int8}  # None: the model's
+
+
 class KVPool:
     def __init__(self, layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
                  dtype: str = "fp32", device: torch.device | str = "cpu", model_dtype: torch.dtype = torch.float32,
                  summaries: bool = False, offload_dir: str | Path | None = None):
-        if dtype not in ("fp32", "int8"):
-            raise ValueError(f"KVPool: kv dtype must be 'fp32' or 'int8', got {dtype!r}")
+        if dtype not in STORAGE:
+            raise ValueError(f"KVPool: kv dtype must be one of {sorted(STORAGE)}, got {dtype!r}")
         self.block_size, self.kv_heads, self.head_dim = block_size, kv_heads, head_dim
         self.quantized = dtype == "int8"
-        # "fp32" keeps keys and values as the model computes them (its dtype: bf16 on a GPU)
+        # "fp32" keeps keys and values as the model computes them (its dtype: bf16 on a GPU);
+        # `dtype` is what gathers return (the model's), `store_dtype` what the pool holds
         self.device, self.dtype = torch.device(device), model_dtype
         slots = num_blocks * block_size
-        store = torch.int8 if self.quantized else model_dtype
+        store = STORAGE[dtype] or model_dtype
+        self.store_dtype = store
         on = {"device": self.device}
         # torch.empty: pages are only touched (and counted by the OS) once written.
         self.offload = None
@@ -75,7 +81,7 @@ class KVPool:
     @property
     def bytes_per_token(self) -> int:
         """Stored bytes per token position over all layers, keys and values, scales included."""
-        per = self.kv_heads * self.head_dim * (1 if self.quantized else self.dtype.itemsize)
+        per = self.kv_heads * self.head_dim * self.store_dtype.itemsize
         if self.quantized:
             per += self.kv_heads * 2  # the fp16 scale
         return 2 * len(self.k) * per
@@ -93,8 +99,11 @@ class KVPool:
             if self.summarised:  # the sums are of what is stored (as a fork's copy recomputes them)
                 k, v = dequantize(qk, sk), dequantize(qv, sv)
         else:
+            if k.dtype != self.store_dtype:  # 16-bit storage under a wider model: summaries of what is stored
+                k, v = k.to(self.store_dtype), v.to(self.store_dtype)
             self.k[layer].index_copy_(0, slots, k)
             self.v[layer].index_copy_(0, slots, v)
+            k, v = k.to(self.dtype), v.to(self.dtype)
         if self.summarised:
             self._summarise(layer, slots, k, v)
 
@@ -119,9 +128,13 @@ class KVPool:
             bk, bv = (torch.empty(size, dtype=self.dtype, device=self.device) for _ in range(2))
             self._bufs[buffer] = (bk, bv)
         bk, bv = (b[:need].view(m, heads, self.head_dim) for b in (bk, bv))
-        if scales is None:
+        if scales is None and k.dtype == self.dtype:
             torch.index_select(k, 0, index, out=bk)
             torch.index_select(v, 0, index, out=bv)
+            return bk, bv
+        if scales is None:  # 16-bit storage, widened as gathered
+            bk.copy_(k.index_select(0, index))
+            bv.copy_(v.index_select(0, index))
             return bk, bv
         dequantize(k.index_select(0, index), scales[0].index_select(0, index), out=bk)
         dequantize(v.index_select(0, index), scales[1].index_select(0, index), out=bv)
@@ -186,6 +199,7 @@ class HeadsApart:
     def __init__(self, pool: KVPool):
         self.pool, self.kv_heads, self.head_dim = pool, 1, pool.head_dim
         self.quantized, self.dtype, self.device = pool.quantized, pool.dtype, pool.device
+        self.store_dtype = pool.store_dtype
 
     def _flat(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(-1, 1, t.shape[-1])

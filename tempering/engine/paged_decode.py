@@ -86,7 +86,7 @@ def _kernel():
 def use(pool: KVPool) -> bool:
     """Whether decode reads of this pool go through `attend`: a float32, bfloat16, float16 or int8
     pool on the CPU, a head dim that is a multiple of 16, the kernel built, and `ENABLED`."""
-    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.dtype in _DTYPES)
+    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.store_dtype in _DTYPES)
             and pool.head_dim % 16 == 0 and _kernel() is not None)
 
 
@@ -112,7 +112,7 @@ class Reader:
         self.flat = self.index.view(-1)
         kvh, d = pool.kv_heads, pool.head_dim
         self.args = _Args(None, None, None, None, None, self.index.data_ptr(), self.mask.data_ptr(), None, None,
-                          kvh, 0, d, self.keys, 1.0 / math.sqrt(d), 1 if pool.quantized else _DTYPES[pool.dtype])
+                          kvh, 0, d, self.keys, 1.0 / math.sqrt(d), 1 if pool.quantized else _DTYPES[pool.store_dtype])
         self.parts = min(torch.get_num_threads(), self.rows, max(1, self.index.numel() // SPLIT_KEYS))
         self.scratch: list[np.ndarray] = []  # one per run of rows, and their addresses
         self.scratch_at: list[int] = []

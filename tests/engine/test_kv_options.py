@@ -66,6 +66,44 @@ def test_int8_kv_agrees_with_fp32_and_uses_under_0_3x_the_bytes(model):
     assert int8.blocks.stats["hit_tokens"] > 0  # each step above reused the int8 prefix
 
 
+@pytest.mark.parametrize("kv_dtype,store", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_16_bit_kv_holds_the_rounded_keys_in_half_the_bytes(kv_dtype, store):
+    """Under a float32 model a 16-bit pool stores keys and values rounded once, gathers them
+    widened back (exactly those values), and its block summaries bound what is stored."""
+    pool = KVPool(1, 8, 4, 2, 16, dtype=kv_dtype, summaries=True)
+    assert pool.store_dtype == store and pool.k[0].dtype == store and pool.dtype == torch.float32
+    assert pool.bytes_per_token * 2 == KVPool(1, 8, 4, 2, 16).bytes_per_token
+    g = torch.Generator().manual_seed(2)
+    k, v = torch.randn(8, 2, 16, generator=g) * 3, torch.randn(8, 2, 16, generator=g)
+    slots = torch.arange(4, 12)
+    pool.write(0, slots, k, v)
+    kk, vv = pool.gather(0, slots)
+    assert kk.dtype == torch.float32
+    assert torch.equal(kk, k.to(store).float()) and torch.equal(vv, v.to(store).float())
+    assert not torch.equal(kk, k)  # rounded, not kept whole
+    stored = k.to(store).float().view(2, 4, 2, 16)
+    assert torch.equal(pool.k_min[0][1:3], stored.amin(1)) and torch.equal(pool.k_max[0][1:3], stored.amax(1))
+
+
+def test_16_bit_kv_agrees_with_fp32(model):
+    """A float16 pool's engine follows the float32 pool's greedy tokens almost everywhere, its
+    logprobs off by float16's rounding of the keys and values it read (not zero, under 0.01)."""
+    fp32 = LLM(model, max_seq_len=256)
+    half = LLM(model, max_seq_len=256, kv_dtype="fp16")
+    prompts = random_prompts(10, 5, 30, seed=9)
+    greedy = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+    refs, mine = (e.generate(prompts, greedy) for e in (fp32, half))
+    agree, gaps = 0, []
+    for r, m in zip(refs, mine):
+        a, b = r.outputs[0], m.outputs[0]
+        same = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), len(a.token_ids))
+        agree += same
+        # the first token comes from the prompt's own fresh keys; the later ones read the pool
+        gaps += [abs(x - y) for x, y in zip(a.logprobs[1:same], b.logprobs[1:same])]
+    assert agree >= 0.95 * 600
+    assert 0 < max(gaps) < 1e-2
+
+
 def test_int8_forks_copy_the_partial_block_with_its_scales(model):
     engine = LLM(model, max_seq_len=128, kv_dtype="int8")
     prompt = random_prompts(1, 22, 23, seed=14)[0]  # 22 tokens: the forks copy a half-full block

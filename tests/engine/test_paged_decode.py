@@ -259,7 +259,8 @@ SPARSE = {"sparse_topk": 1, "sparse_local_blocks": 1, "max_batched_tokens": 48, 
 OPTIONS = {"plain": {}, "block 4": {"block_size": 4},
            "window + sinks": {"sliding_window": 24, "attention_sinks": 3, "max_batched_tokens": 32,
                               "max_batch_size": 8},
-           "int8": {"kv_dtype": "int8"}, "sparse": SPARSE, "sparse int8": {**SPARSE, "kv_dtype": "int8"}}
+           "int8": {"kv_dtype": "int8"}, "fp16 kv": {"kv_dtype": "fp16"}, "bf16 kv": {"kv_dtype": "bf16"},
+           "sparse": SPARSE, "sparse int8": {**SPARSE, "kv_dtype": "int8"}, "sparse fp16": {**SPARSE, "kv_dtype": "fp16"}}
 
 
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
