@@ -3,20 +3,23 @@
    the kernel computes and how it was measured.
 
    A row (one sequence's queries: kvh kv heads x rep query heads each) goes over its slots in chunks
-   of W live ones (W = 8 or 16 floats, one vector: see below). A float32 pool's rows are read in
-   place; an int8 pool's (times their fp16 scales), a bfloat16 or a float16 pool's are first
-   widened to float32 in a small buffer. Then, per query head: the chunk's W dot products, summed
-   as one vector by pairwise halving as they come (no per-key horizontal sum), their max, one
-   rescale of what was summed under the old max, W exps as one vector, and the chunk's weighted
-   values; meanwhile a share of the next chunk's cache lines is prefetched. Vectors are GCC/Clang
-   vector extensions, which the compiler maps to what the machine has (AVX-512, AVX2, NEON).
+   of W live ones (W = 8 or 16 floats, one vector: see below). Every pool dtype is read where it is
+   stored: float32 as is; bfloat16, float16 and int8 widened to float32 by each load (an int8
+   row's fp16 scale multiplies its key's score and its value's weight, not the W elements). Then,
+   per query head: the chunk's W dot products side by side, summed as one vector by pairwise
+   halving (no per-key horizontal sum), their max, one rescale of what was summed under the old
+   max, W exps as one vector, and the chunk's weighted values; meanwhile a share of the next
+   chunk's cache lines is prefetched. Vectors are GCC/Clang vector extensions, which the compiler
+   maps to what the machine has (AVX-512, AVX2, NEON); the widening loads use x86's conversion
+   instructions where the build has them. Each dtype has rows of its own (a macro), so the
+   float32 path has no conversion in it.
    Head dims are multiples of 16. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "vec.h"
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -51,34 +54,58 @@ static inline float half_to_float(uint16_t h) {
 
 /* an int8 key's or value's fp16 scale as a float: one instruction where the CPU has F16C */
 static inline float scale(uint16_t h) {
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
   return _cvtsh_ss(h);
 #else
   return half_to_float(h);
 #endif
 }
 
-/* n stored elements -> float32, times scale: plain loops, which the compiler vectorizes (it
-   does int8 and bfloat16 well this way, not through vector-extension conversions) */
-static inline void widen(const void *src, int64_t at, int dtype, float scale, float *dst, int64_t n) {
-  if (dtype == I8) {
-    const int8_t *x = (const int8_t *)src + at;
-    for (int64_t i = 0; i < n; i++) dst[i] = (float)x[i] * scale;
-  } else if (dtype == BF16) {
-    const uint16_t *x = (const uint16_t *)src + at;
-    for (int64_t i = 0; i < n; i++) {
-      union { uint32_t u; float f; } w = {.u = (uint32_t)x[i] << 16}; /* the top half of a float32 */
-      dst[i] = w.f;
-    }
-  } else {
-    const uint16_t *x = (const uint16_t *)src + at;
-#if defined(__F16C__)
-    for (int64_t i = 0; i + 8 <= n; i += 8) /* n is a multiple of 16 */
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
-#else
-    for (int64_t i = 0; i < n; i++) dst[i] = half_to_float(x[i]);
+/* W stored elements at p + e as float32 (not yet times an int8 row's scale): one load and a
+   widening conversion, so 16-bit and int8 rows are read as stored, with no widened copy. x86's
+   conversion instructions where the build has them, else vector-extension or plain C. */
+#if W == 8 && defined(__AVX2__)
+#define WIDE_I8(p) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p))))
+#define WIDE_U16(p) _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define WIDE_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#elif W == 16 && defined(__AVX512F__)
+#define WIDE_I8(p) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(p))))
+#define WIDE_U16(p) _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p)))
+#define WIDE_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #endif
-  }
+#if W == 8 && defined(__AVX2__) && !defined(__F16C__)
+#undef WIDE_F16
+#endif
+
+typedef int8_t vb __attribute__((vector_size(W), aligned(1)));
+typedef uint16_t vh __attribute__((vector_size(2 * W), aligned(1)));
+
+static inline vf ld_f32(const void *p, int64_t e) { return ld((const float *)p + e); }
+
+static inline vf ld_i8(const void *p, int64_t e) {
+#ifdef WIDE_I8
+  return (vf)WIDE_I8((const int8_t *)p + e);
+#else
+  return __builtin_convertvector(*(const vb *)((const int8_t *)p + e), vf);
+#endif
+}
+
+static inline vf ld_bf16(const void *p, int64_t e) { /* the top half of a float32 */
+#ifdef WIDE_U16
+  return (vf)((vi)WIDE_U16((const uint16_t *)p + e) << 16);
+#else
+  return (vf)(__builtin_convertvector(*(const vh *)((const uint16_t *)p + e), vi) << 16);
+#endif
+}
+
+static inline vf ld_f16(const void *p, int64_t e) {
+#ifdef WIDE_F16
+  return (vf)WIDE_F16((const uint16_t *)p + e);
+#else
+  vf x;
+  for (int l = 0; l < W; l++) x[l] = half_to_float(((const uint16_t *)p)[e + l]);
+  return x;
+#endif
 }
 
 /* Pairwise halving. Each level takes two vectors whose lanes hold, per key, G partial sums side
@@ -110,56 +137,44 @@ static inline vf L4(vf x, vf y) { return SHUF(x, y, 0, 2, 4, 6, 8, 10, 12, 14) +
 #endif
 
 
-/* A key's dot product with a query head, left in W lanes (two sums, so the FMAs of a key do not
-   wait one on another). V = d / W. */
-static inline vf dot(const vf *q, const float *k, int64_t V) {
-  vf t0 = {0}, t1 = {0};
-  for (int64_t i = 0; i + 1 < V; i += 2) {
-    t0 += q[i] * ld(k + W * i);
-    t1 += q[i + 1] * ld(k + W * (i + 1));
-  }
-  if (V & 1) t0 += q[V - 1] * ld(k + W * (V - 1));
-  return t0 + t1;
-}
-
-/* A chunk's W scores of one query head as one vector, the halving done as the dot products come
-   (a tree, not all W of them held at once: AVX2 has 16 registers). */
-#define D(c) dot(qp, kh[c], nv)
+/* A chunk's W scores of one query head as one vector: the W dot products made side by side, a
+   head-dim vector at a time (W independent sums in flight, each key's vector widened once as
+   read), then their lanes summed by pairwise halving (lane c = key c's whole sum). */
 #if W == 16
-#define SCORES() L4(L3(L2(L1(D(0), D(1)), L1(D(2), D(3))), L2(L1(D(4), D(5)), L1(D(6), D(7)))), \
-                    L3(L2(L1(D(8), D(9)), L1(D(10), D(11))), L2(L1(D(12), D(13)), L1(D(14), D(15)))))
+#define HALVE(s) L4(L3(L2(L1(s[0], s[1]), L1(s[2], s[3])), L2(L1(s[4], s[5]), L1(s[6], s[7]))), \
+                    L3(L2(L1(s[8], s[9]), L1(s[10], s[11])), L2(L1(s[12], s[13]), L1(s[14], s[15]))))
 #else
-#define SCORES() L4(L3(L2(D(0), D(1)), L2(D(2), D(3))), L3(L2(D(4), D(5)), L2(D(6), D(7))))
+#define HALVE(s) L4(L3(L2(s[0], s[1]), L2(s[2], s[3])), L3(L2(s[4], s[5]), L2(s[6], s[7])))
 #endif
-
-/* Point k[h * CH + c], v[...] at chunk slot c's key and value of kv head h as float32: in the
-   pool itself, or widened into kb, vb (kvh * CH * d floats each). */
-static inline void load_chunk(const Args *a, const int64_t *slots, int n, float *kb, float *vb,
-                              const float **k, const float **v) {
-  const int64_t kvh = a->kvh, d = a->d;
-  if (a->dtype == F32) { /* read in place */
-    const float *ks = (const float *)a->k, *vs = (const float *)a->v;
-    for (int c = 0; c < n; c++)
-      for (int64_t h = 0; h < kvh; h++) {
-        const int64_t at = (slots[c] * kvh + h) * d;
-        k[h * CH + c] = ks + at;
-        v[h * CH + c] = vs + at;
-      }
-    return;
+#define SCORES(LD, NAME)                                                                           \
+  static inline vf NAME(const float *q, const void *const *k, int64_t V) {                         \
+    vf s[CH];                                                                                      \
+    for (int c = 0; c < CH; c++) s[c] = (vf){0};                                                   \
+    for (int64_t i = 0; i < V; i++) {                                                              \
+      const vf qi = ld(q + W * i);                                                                 \
+      for (int c = 0; c < CH; c++) s[c] += qi * LD(k[c], W * i);                                   \
+    }                                                                                              \
+    return HALVE(s);                                                                               \
   }
+SCORES(ld_f32, scores_f32)
+SCORES(ld_i8, scores_i8)
+SCORES(ld_bf16, scores_bf16)
+SCORES(ld_f16, scores_f16)
+
+/* Point k[h * CH + c], v[...] at chunk slot c's key and value of kv head h as stored; for an
+   int8 pool, ks[h * CH + c], vs[...] get their scales. */
+static inline void load_chunk(const Args *a, const int64_t *slots, int n, int64_t size, const void **k,
+                              const void **v, float *ks, float *vs) {
+  const int64_t kvh = a->kvh, d = a->d;
   for (int c = 0; c < n; c++)
     for (int64_t h = 0; h < kvh; h++) {
-      const int64_t at = (slots[c] * kvh + h) * d, to = h * CH + c;
-      float sk = 1.f, sv = 1.f;
-      if (a->dtype == I8) {
-        sk = scale(a->ks[slots[c] * kvh + h]);
-        sv = scale(a->vs[slots[c] * kvh + h]);
+      const int64_t at = slots[c] * kvh + h;
+      k[h * CH + c] = (const char *)a->k + at * d * size;
+      v[h * CH + c] = (const char *)a->v + at * d * size;
+      if (ks) {
+        ks[h * CH + c] = scale(a->ks[at]);
+        vs[h * CH + c] = scale(a->vs[at]);
       }
-      float *kd = kb + to * d, *vd = vb + to * d;
-      widen(a->k, at, a->dtype, sk, kd, d);
-      widen(a->v, at, a->dtype, sv, vd, d);
-      k[to] = kd;
-      v[to] = vd;
     }
 }
 
@@ -198,17 +213,20 @@ static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a,
   }
 }
 
-/* One row; V, the head dim's count of vectors, is a literal where it can be (so a head's query
-   and output stay in registers). scratch: (kvh*rep + 2*kvh*CH) * d floats. */
-#define ROW(NAME, V)                                                                               \
+/* One row of pool dtype LD (SC: its scores; I8: 1 for an int8 pool, whose rows' scales multiply
+   the scores and the values' weights); V, the head dim's count of vectors, is a literal where it
+   can be (a head's output stays in registers). scratch: kvh*rep*d floats. */
+#define ROW(NAME, LD, SC, I8, SIZE, V)                                                             \
   static void NAME(const Args *a, float *scratch, int64_t r) {                                     \
     const int64_t d = a->d, kvh = a->kvh, rep = a->rep, heads = kvh * rep, nv = V;                 \
     const int64_t *idx = a->index + r * a->keys;                                                   \
     const uint8_t *live = a->mask + r * a->keys;                                                   \
     const float *q = a->q + r * heads * d;                                                         \
-    float *acc = scratch, *kb = scratch + heads * d, *vb = kb + kvh * CH * d;                      \
+    float *acc = scratch;                                                                          \
     float top[heads], total[heads];                                                                \
-    const float *kp[kvh * CH], *vp[kvh * CH];                                                      \
+    const void *kp[kvh * CH], *vp[kvh * CH];                                                       \
+    float ksc[I8 ? kvh * CH : 1] __attribute__((aligned(64)));                                     \
+    float vsc[I8 ? kvh * CH : 1] __attribute__((aligned(64)));                                     \
     int64_t slots[CH], j = 0;                                                                      \
     Ahead next;                                                                                    \
     ahead_init(&next, a, heads);                                                                   \
@@ -222,16 +240,20 @@ static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a,
       for (; j < a->keys && n < CH; j++)                                                           \
         if (live[j]) slots[n++] = idx[j];                                                          \
       if (!n) break;                                                                               \
-      load_chunk(a, slots, n, kb, vb, kp, vp);                                                     \
+      load_chunk(a, slots, n, SIZE, kp, vp, I8 ? ksc : NULL, I8 ? vsc : NULL);                     \
       ahead_from(&next, a, j);                                                                     \
       for (int64_t h = 0; h < kvh; h++) /* a short chunk's missing keys: any real one, masked */   \
-        for (int c = n; c < CH; c++) kp[h * CH + c] = kp[h * CH];                                  \
+        for (int c = n; c < CH; c++) {                                                             \
+          kp[h * CH + c] = kp[h * CH];                                                             \
+          if (I8) ksc[h * CH + c] = vsc[h * CH + c] = 0.f;                                         \
+        }                                                                                          \
       for (int64_t p = 0; p < heads; p++) {                                                        \
-        const float *const *kh = kp + (p / rep) * CH, *const *vh = vp + (p / rep) * CH;            \
-        vf qp[V], o[V];                                                                            \
+        const int64_t h = p / rep;                                                                 \
+        const void *const *kh = kp + h * CH, *const *vh = vp + h * CH;                             \
+        vf o[V];                                                                                   \
         ahead(&next, a, idx); /* a share of the next chunk's lines */                              \
-        for (int64_t i = 0; i < V; i++) qp[i] = ld(q + p * d + W * i);                             \
-        vf s = SCORES() * a->scale;                                                                \
+        vf s = SC(q + p * d, kh, nv) * a->scale;                                                   \
+        if (I8) s *= ld(ksc + h * CH);                                                             \
         for (int c = n; c < CH; c++) s[c] = -INFINITY;                                             \
         float m = vmax(s);                                                                         \
         m = m > top[p] ? m : top[p];                                                               \
@@ -239,9 +261,10 @@ static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a,
         top[p] = m;                                                                                \
         vf w = vexp(s - m);                                                                        \
         total[p] = total[p] * corr + vsum(w);                                                      \
+        if (I8) w *= ld(vsc + h * CH); /* a value's scale, in its weight */                        \
         for (int64_t i = 0; i < V; i++) o[i] = ld(acc + p * d + W * i) * corr;                     \
         for (int c = 0; c < n; c++)                                                                \
-          for (int64_t i = 0; i < V; i++) o[i] += w[c] * ld(vh[c] + W * i);                        \
+          for (int64_t i = 0; i < V; i++) o[i] += w[c] * LD(vh[c], W * i);                         \
         for (int64_t i = 0; i < V; i++) *(vfu *)(acc + p * d + W * i) = o[i];                      \
       }                                                                                            \
     }                                                                                              \
@@ -253,18 +276,32 @@ static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a,
     }                                                                                              \
   }
 
-ROW(row64, 64 / W)
-ROW(row128, 128 / W)
-ROW(row_any, a->d / W)
+/* Each pool dtype's rows for head dims 64, 128 and any other multiple of 16. */
+#define ROWS(T, LD, I8, SIZE)                                                                      \
+  ROW(T##_64, LD, scores_##T, I8, SIZE, 64 / W)                                                    \
+  ROW(T##_128, LD, scores_##T, I8, SIZE, 128 / W)                                                  \
+  ROW(T##_any, LD, scores_##T, I8, SIZE, a->d / W)                                                 \
+  static void T##_rows(const Args *a, float *scratch, int64_t r0, int64_t r1) {                    \
+    for (int64_t r = r0; r < r1; r++) {                                                            \
+      if (a->d == 64) T##_64(a, scratch, r);                                                       \
+      else if (a->d == 128) T##_128(a, scratch, r);                                                \
+      else T##_any(a, scratch, r);                                                                 \
+    }                                                                                              \
+  }
+ROWS(f32, ld_f32, 0, 4)
+ROWS(i8, ld_i8, 1, 1)
+ROWS(bf16, ld_bf16, 0, 2)
+ROWS(f16, ld_f16, 0, 2)
 
 /* Rows [r0, r1). Returns 0, or -1 for a head dim that is not a multiple of 16 (paged_decode.py
    checks first). */
 int decode(const Args *a, float *scratch, int64_t r0, int64_t r1) {
   if (a->d % 16) return -1;
-  for (int64_t r = r0; r < r1; r++) {
-    if (a->d == 64) row64(a, scratch, r);
-    else if (a->d == 128) row128(a, scratch, r);
-    else row_any(a, scratch, r);
+  switch (a->dtype) {
+    case F32: f32_rows(a, scratch, r0, r1); break;
+    case I8: i8_rows(a, scratch, r0, r1); break;
+    case BF16: bf16_rows(a, scratch, r0, r1); break;
+    default: f16_rows(a, scratch, r0, r1);
   }
   return 0;
 }
