@@ -12,7 +12,7 @@ dense's mean entropy: a random-init model's are nearly flat, so top-1 flips on t
 of the one before through the prefix cache). Dense is skipped above `--dense-max` tokens.
 
     python bench/long_context.py [--lengths 8192,32768] [--topk 16] [--rest-group 16] [--block 64] [--threads 2]
-        [--kv-dtype int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE] [--probe-at FILE]]
+        [--kv-dtype fp16|bf16|int8] [--offload-dir DIR] [--model HF_FOLDER [--text FILE | --ids FILE] [--probe-at FILE]]
         [--needle]
 
 A trained model for `--model`: `bench/long_context_model.py` trains one here (its folder's
@@ -124,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
                     "the prompt's second half, at most --probes): the next-token distributions after prompt[:p], "
                     "and each mode's accuracy on prompt[p], e.g. the asks.json of bench/long_context_model.py's "
                     "folder, where the next token is a value stated far back")
-    ap.add_argument("--kv-dtype", default="fp32", choices=["fp32", "int8"], help="the sparse mode's KV storage")
+    ap.add_argument("--kv-dtype", default="fp32", choices=["fp32", "fp16", "bf16", "int8"], help="the sparse mode's KV storage")
     ap.add_argument("--offload-dir", default="",
                     help="the sparse mode's engine.kv_offload_dir: cold KV blocks in a file there")
     ap.add_argument("--threads", type=int, default=2)
