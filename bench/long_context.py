@@ -162,9 +162,10 @@ def checked_lengths(ap: argparse.ArgumentParser, args) -> list[int]:
     if not lengths or min(lengths) < 2 * args.block:
         ap.error(f"--lengths {args.lengths}: expected comma-separated token counts of at least 2 blocks "
                  f"({2 * args.block} tokens at --block {args.block})")
-    for option in ("dense_max", "block", "chunk", "probes", "threads"):
-        if getattr(args, option) < 1:
-            ap.error(f"--{option.replace('_', '-')}: expected an integer >= 1, got {getattr(args, option)}")
+    for option, least in (("dense_max", 1), ("block", 1), ("chunk", 1), ("probes", 1), ("threads", 1),
+                          ("topk", 0), ("sinks", 0), ("local", 1), ("rest_group", 0)):
+        if getattr(args, option) < least:
+            ap.error(f"--{option.replace('_', '-')}: expected an integer >= {least}, got {getattr(args, option)}")
     return lengths
 
 
