@@ -1,4 +1,4 @@
-"""The engine's C kernels (`paged_decode.c`, `sampler.c` and the `vec.h` they share), built with
+"""The engine's C kernels (`paged_decode.c`, `sampler.c` and the `vec.h` they share, `sparse_decode.c`), built with
 the machine's C compiler on first use and cached per machine.
 
 `library(source, fallback)` is the built shared object, loaded through ctypes, or None with one
@@ -105,6 +105,18 @@ def library(source: Path, fallback: str) -> ctypes.CDLL | None:
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
         warnings.warn(f"{source.stem}: {e}; {fallback}", RuntimeWarning, stacklevel=3)
         return None
+
+
+def rows_function(source: Path, name: str, args: type[ctypes.Structure], fallback: str):
+    """`source`'s `int name(const Args *, void *scratch, int64_t r0, int64_t r1)` (a kernel over
+    rows [r0, r1), `args` its Args), built and loaded by `library`; or None (with its warning)."""
+    lib = library(source, fallback)
+    if lib is None:
+        return None
+    function = getattr(lib, name)
+    function.argtypes = [ctypes.POINTER(args), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
 
 
 def _threads(count: int) -> ThreadPoolExecutor:

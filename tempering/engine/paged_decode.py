@@ -79,13 +79,7 @@ class _Args(ctypes.Structure):
 @functools.lru_cache(maxsize=1)
 def _kernel():
     """The built kernel's `decode`, or None (with one warning) where it cannot be built here."""
-    lib = native.library(SOURCE, "decode attention gathers instead (slower)")
-    if lib is None:
-        return None
-    decode = lib.decode
-    decode.argtypes = [ctypes.POINTER(_Args), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
-    decode.restype = ctypes.c_int
-    return decode
+    return native.rows_function(SOURCE, "decode", _Args, "decode attention gathers instead (slower)")
 
 
 def use(pool: KVPool) -> bool:

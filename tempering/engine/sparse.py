@@ -34,7 +34,8 @@ step at 16k blocks, now 5). It costs one key per group, at most MAX_GROUPS per q
 cost stays bounded at any length.
 
 Decode rows read their selected blocks straight from the pool on the CPU (`paged_decode`, for
-float32, bfloat16, float16 and int8 pools); elsewhere an int8 pool's blocks are read as stored for long decode reads
+float32, bfloat16, float16 and int8 pools), planned in C there (`sparse_decode`: the same blocks,
+slots, mask and group means as `select`, `_reads` and `rest`, in one call per layer); elsewhere an int8 pool's blocks are read as stored for long decode reads
 (`int8_attention.use`), not dequantized.
 
 It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import int8_attention, paged_decode, partial_attention
+from tempering.engine import int8_attention, paged_decode, partial_attention, sparse_decode
 from tempering.engine.kv_cache import HeadsApart, KVPool
 from tempering.engine.partial_attention import merge
 
@@ -127,13 +128,15 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     rep = heads // kvh
     taken = rows.tokens.clamp(min=0)
     qr = q[:, taken].permute(1, 0, 2, 3)  # [R, H, Q, D]
+    apart = HeadsApart(pool)
+    if qr.shape[2] == 1 and paged_decode.use(apart) and sparse_decode.use(pool):
+        return _decode(spec, pool, layer, qr, rows, apart)
     shared = _shared(rows)  # looked at once for both
     chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, KVH, S]
     unread = rest(spec, pool, layer, rows, chosen, shared)
     r, _, s = chosen.shape
     nq, keys = qr.shape[2], s * bs
     slots, written, mask = _reads(rows, chosen, bs)  # [R * KVH, K], and [R, K], [R, Q, K] for every kv head
-    apart = HeadsApart(pool)
     qh = qr.reshape(r * kvh, rep, nq, d)  # a kv head's query heads, a row of their own
 
     def done(out: torch.Tensor, lse: torch.Tensor | None) -> torch.Tensor:
@@ -167,6 +170,32 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     means = unread.bias[:, :, None, :].to(q.dtype).expand(r, kvh, rep * nq, groups)
     out = F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=torch.cat([bias.expand(r, kvh, -1, -1), means], 3))
     return out.view(r, heads, nq, d).transpose(1, 2)
+
+
+def _decode(spec: SparseSpec, pool: KVPool, layer: int, qr: torch.Tensor, rows: SparseRows,
+            apart: HeadsApart) -> torch.Tensor:
+    """`attend` for rows of one query each, planned in C (`sparse_decode`: the same blocks, slots,
+    mask and group means as `select`, `_reads` and `rest`) and read by the paged kernel."""
+    r, heads, _, d = qr.shape
+    kvh, width = pool.kv_heads, rows.tables.shape[1]
+    per_group, groups = _grouping(spec, width)
+    slots, mask, means = sparse_decode.plan(spec, pool, layer, qr[:, :, 0], rows.tables, rows.num_blocks,
+                                            rows.positions[:, 0], groups, per_group)
+    out, lse = paged_decode.attend(apart, layer, qr.reshape(r * kvh, 1, heads // kvh, d), slots, mask)
+    out = out.reshape(r, heads, 1, d)
+    if means is not None:
+        unread = Rest(*means)
+        out = merge(out, lse.reshape(r, heads, 1), *_attend_rest(qr, unread))
+    return out.transpose(1, 2)
+
+
+def _grouping(spec: SparseSpec, width: int) -> tuple[int, int]:
+    """-> blocks per group of unread blocks and groups per row (0, 0: none) for tables `width`
+    blocks wide."""
+    if spec.rest_group == 0 or width <= min(spec.blocks, width):
+        return 0, 0
+    g = max(spec.rest_group, -(-width // MAX_GROUPS))
+    return g, -(-width // g)
 
 
 def _reads(rows: SparseRows, chosen: torch.Tensor, bs: int) -> tuple[torch.Tensor, ...]:
@@ -210,10 +239,10 @@ def rest(spec: SparseSpec, pool: KVPool, layer: int, rows: SparseRows, chosen: t
     own chosen blocks are then taken out of its copy."""
     r, kvh, s = chosen.shape
     width = rows.tables.shape[1]
-    if spec.rest_group == 0 or width <= s:
+    g, groups = _grouping(spec, width)
+    if not groups:
         return None
-    g = max(spec.rest_group, -(-width // MAX_GROUPS))
-    groups, dev = -(-width // g), chosen.device
+    dev = chosen.device
     # each row's groups end at its own last block: [R, groups + 1] block edges
     edges = (torch.arange(groups + 1, device=dev) * g)[None].clamp(max=rows.num_blocks[:, None])
     count = (edges[:, 1:] - edges[:, :-1]).float()[:, None].repeat(1, kvh, 1)  # [R, KVH, groups] blocks

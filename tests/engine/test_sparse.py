@@ -301,3 +301,48 @@ def test_unread_group_means_of_several_decode_rows_match_a_loop(monkeypatch):
                 torch.testing.assert_close(got.keys[r, h, i], pool.k_sum[0][ids, h].sum(0) / (len(blocks) * bs))
                 torch.testing.assert_close(got.values[r, h, i], pool.v_sum[0][ids, h].sum(0) / (len(blocks) * bs))
                 assert got.bias[r, h, i].item() == pytest.approx(float(torch.log(torch.tensor(len(blocks) * bs))))
+
+
+@pytest.mark.parametrize("spec", [SparseSpec(topk=3, sinks=1, local=2, rest_group=2), SparseSpec(topk=2, sinks=2, local=1),
+                                  SparseSpec(topk=0, sinks=1, local=2, rest_group=3)], ids=["means", "no-means", "topk-0"])
+def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeypatch):
+    """Oracle: `select`, `_reads` and `rest` in PyTorch. For decode rows of different lengths (some
+    shorter than what a row may read), each with its own table, `sparse_decode.plan` gives the
+    same slots, mask and group means (groups grown past MAX_GROUPS); and `attend` through it gives
+    the output of the PyTorch plan read by the same kernel."""
+    from tempering.engine import sparse, sparse_decode
+    from tempering.engine.sparse import _reads, attend, rest
+
+    if not sparse_decode.use(KVPool(1, 1, 4, 1, 16, summaries=True)):
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(sparse, "MAX_GROUPS", 4)
+    bs, kvh, heads, d, lengths = 4, 2, 4, 16, [3, 7, 13, 20]
+    width, g = max(lengths), torch.Generator().manual_seed(8)
+    pool = KVPool(layers=1, num_blocks=64, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
+    order, at = torch.randperm(64, generator=g), 0
+    tables = torch.zeros(len(lengths), width, dtype=torch.long)
+    for r, n in enumerate(lengths):
+        tables[r, :n] = order[at: at + n]
+        slots = (tables[r, :n, None] * bs + torch.arange(bs)).reshape(-1)[:n * bs - 1]  # the last block partial
+        pool.write(0, slots, torch.randn(len(slots), kvh, d, generator=g), torch.randn(len(slots), kvh, d, generator=g))
+        at += n
+    rows = SparseRows(tokens=torch.arange(len(lengths))[:, None], positions=torch.tensor([[n * bs - 2] for n in lengths]),
+                      tables=tables, num_blocks=torch.tensor(lengths))
+    q = torch.randn(len(lengths), heads, d, generator=g)
+    chosen = select(spec, pool, 0, q[:, None], rows)
+    slots, _, mask = _reads(rows, chosen, bs)
+    unread = rest(spec, pool, 0, rows, chosen)
+    per_group, groups = sparse._grouping(spec, width)
+    assert (groups > 0) == (unread is not None)
+    got_slots, got_mask, means = sparse_decode.plan(spec, pool, 0, q, tables, rows.num_blocks, rows.positions[:, 0],
+                                                    groups, per_group)
+    assert torch.equal(got_mask, mask[:, 0].repeat_interleave(kvh, 0))
+    assert torch.equal(got_slots, slots)
+    if unread is not None:
+        assert groups == 4 and per_group == 5  # 20 blocks in at most 4 groups
+        for want, have in zip((unread.keys, unread.values, unread.bias), means):
+            torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(sparse_decode, "ENABLED", False)
+    want = attend(spec, pool, 0, q.transpose(0, 1), rows)
+    monkeypatch.setattr(sparse_decode, "ENABLED", True)
+    torch.testing.assert_close(attend(spec, pool, 0, q.transpose(0, 1), rows), want, atol=1e-6, rtol=1e-5)
