@@ -37,6 +37,7 @@ typedef struct {      /* mirrors paged_decode.py's _Args */
   int64_t kvh, rep, d, keys;
   float scale;
   int32_t dtype;
+  const float *prior_out, *prior_lse; /* as out, lse: attention over other keys to fold in; or NULL */
 } Args;
 
 /* fp16 bits -> float32, exactly (zero, subnormal, normal, inf, nan) */
@@ -234,6 +235,11 @@ static inline __attribute__((always_inline)) void ahead(Ahead *f, const Args *a,
     for (int64_t p = 0; p < heads; p++) {                                                          \
       top[p] = -INFINITY;                                                                          \
       total[p] = 0.f;                                                                              \
+      if (a->prior_lse && a->prior_lse[r * heads + p] > -INFINITY) { /* a softmax begun: its max */ \
+        top[p] = a->prior_lse[r * heads + p]; /* is its lse, so its sum is 1 and its sum of */      \
+        total[p] = 1.f;                       /* weighted values its output */                     \
+        memcpy(acc + p * d, a->prior_out + (r * heads + p) * d, sizeof(float) * d);                 \
+      }                                                                                            \
     }                                                                                              \
     for (;;) {                                                                                     \
       int n = 0;                                                                                   \

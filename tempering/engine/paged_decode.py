@@ -73,7 +73,8 @@ class _Args(ctypes.Structure):
     """paged_decode.c's Args."""
     _fields_ = [(name, ctypes.c_void_p) for name in ("q", "k", "v", "ks", "vs", "index", "mask", "out", "lse")] + [
         (name, ctypes.c_int64) for name in ("kvh", "rep", "d", "keys")] + [
-        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32)]
+        ("scale", ctypes.c_float), ("dtype", ctypes.c_int32), ("prior_out", ctypes.c_void_p),
+        ("prior_lse", ctypes.c_void_p)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,12 +90,14 @@ def use(pool: KVPool) -> bool:
             and pool.head_dim % 16 == 0 and _kernel() is not None)
 
 
-def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor,
-           mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor, mask: torch.Tensor,
+           prior: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [R, KVH, rep, D] (row r's queries of each kv head), index [R, K] pool slots, mask [R, K]
     bool (True = attend; each row attends to at least one key) -> the output [R, KVH, rep, D]
-    and the log-sum-exp of the scaled scores [R, KVH, rep], float32. Only where `use(pool)`."""
-    return Reader(pool, index, mask).read(layer, q)
+    and the log-sum-exp of the scaled scores [R, KVH, rep], float32. With `prior` (an output and
+    log-sum-exp of the same shapes, over other keys; -inf where none), the attention over both
+    sets of keys, as `partial_attention.merge` of the two would give. Only where `use(pool)`."""
+    return Reader(pool, index, mask).read(layer, q, prior=prior)
 
 
 class Reader:
@@ -116,9 +119,10 @@ class Reader:
         self.scratch: list[np.ndarray] = []  # one per run of rows, and their addresses
         self.scratch_at: list[int] = []
 
-    def read(self, layer: int, q: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """q [R, KVH, rep, D] -> (out, lse) as `attend`; `out`, when given, is written in place
-        (a contiguous float32 [R, KVH, rep, D])."""
+    def read(self, layer: int, q: torch.Tensor, out: torch.Tensor | None = None,
+             prior: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """q [R, KVH, rep, D] -> (out, lse) as `attend` (with its `prior`); `out`, when given, is
+        written in place (a contiguous float32 [R, KVH, rep, D])."""
         rows, kvh, rep, d = q.shape
         if rows != self.rows or kvh != self.pool.kv_heads or d != self.pool.head_dim:
             raise ValueError(f"paged_decode: queries {tuple(q.shape)} do not fit {self.rows} rows of "
@@ -134,6 +138,11 @@ class Reader:
         lse = q.new_empty(rows, kvh, rep)
         a = self.args
         a.q, a.k, a.v, a.out, a.lse, a.rep = q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), rep
+        if prior is not None:  # folded in by the kernel: its running softmax starts from it
+            prior = tuple(t.float().contiguous() for t in prior)
+            if prior[0].shape != q.shape or prior[1].shape != q.shape[:3]:
+                raise ValueError(f"paged_decode: a prior of {[tuple(t.shape) for t in prior]} for queries {tuple(q.shape)}")
+        a.prior_out, a.prior_lse = (None, None) if prior is None else (prior[0].data_ptr(), prior[1].data_ptr())
         size = kvh * rep * d  # the heads' running outputs
         if not self.scratch or self.scratch[0].size < size:
             self.scratch = [np.empty(size, np.float32) for _ in range(self.parts)]

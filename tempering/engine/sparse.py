@@ -35,7 +35,8 @@ cost stays bounded at any length.
 
 Decode rows read their selected blocks straight from the pool on the CPU (`paged_decode`, for
 float32, bfloat16, float16 and int8 pools), planned in C there (`sparse_decode`: the same blocks,
-slots, mask and group means as `select`, `_reads` and `rest`, in one call per layer); elsewhere an int8 pool's blocks are read as stored for long decode reads
+slots and mask as `select` and `_reads`, and the attention over `rest`'s group means, in one call
+per layer, which the kernel folds into its own); elsewhere an int8 pool's blocks are read as stored for long decode reads
 (`int8_attention.use`), not dequantized.
 
 It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a
@@ -174,19 +175,17 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
 
 def _decode(spec: SparseSpec, pool: KVPool, layer: int, qr: torch.Tensor, rows: SparseRows,
             apart: HeadsApart) -> torch.Tensor:
-    """`attend` for rows of one query each, planned in C (`sparse_decode`: the same blocks, slots,
-    mask and group means as `select`, `_reads` and `rest`) and read by the paged kernel."""
+    """`attend` for rows of one query each, planned in C (`sparse_decode`: the same blocks, slots
+    and mask as `select` and `_reads`, and attention over `rest`'s group means) and read by the
+    paged kernel, which folds the means' attention into its own."""
     r, heads, _, d = qr.shape
     kvh, width = pool.kv_heads, rows.tables.shape[1]
     per_group, groups = _grouping(spec, width)
-    slots, mask, means = sparse_decode.plan(spec, pool, layer, qr[:, :, 0], rows.tables, rows.num_blocks,
+    slots, mask, unread = sparse_decode.plan(spec, pool, layer, qr[:, :, 0], rows.tables, rows.num_blocks,
                                             rows.positions[:, 0], groups, per_group)
-    out, lse = paged_decode.attend(apart, layer, qr.reshape(r * kvh, 1, heads // kvh, d), slots, mask)
-    out = out.reshape(r, heads, 1, d)
-    if means is not None:
-        unread = Rest(*means)
-        out = merge(out, lse.reshape(r, heads, 1), *_attend_rest(qr, unread))
-    return out.transpose(1, 2)
+    prior = None if unread is None else (unread[0].view(r * kvh, 1, heads // kvh, d), unread[1].view(r * kvh, 1, -1))
+    out, _ = paged_decode.attend(apart, layer, qr.reshape(r * kvh, 1, heads // kvh, d), slots, mask, prior)
+    return out.view(r, 1, heads, d)
 
 
 def _grouping(spec: SparseSpec, width: int) -> tuple[int, int]:

@@ -7,7 +7,9 @@
    positive parts summed, times the block's max key, plus their negative parts times its min key),
    the sink and local blocks forced in, the top `s` by bound, in block order; the HeadsApart slots
    and mask of those blocks' keys; and, per group of `g` blocks, the mean key and value of the
-   blocks the head did not choose (from the per-block sums), with the log of their key count. */
+   blocks the head did not choose (from the per-block sums), with the log of their key count as a
+   bias, and each of the head's queries attended over those means (its output and log-sum-exp,
+   which the paged kernel folds into its own: `prior`). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,7 +22,7 @@ typedef struct {          /* mirrors sparse_decode.py's _Args */
   const int64_t *nblocks, *pos; /* [rows] */
   int64_t *slots;         /* out [rows, kvh, s * bs] */
   uint8_t *mask;          /* out [rows, kvh, s * bs] */
-  float *rk, *rv, *rbias; /* out [rows, kvh, groups, d] x 2, [rows, kvh, groups] */
+  float *rest_out, *rest_lse; /* out [rows, kvh * rep, d], [rows, kvh * rep]: over the group means */
   int64_t kvh, rep, d, width, bs, sinks, local, topk, s, g, groups;
 } Args;
 
@@ -46,8 +48,38 @@ static void choose(const float *score, int64_t n, int64_t s, int64_t *chosen, ui
     if (taken[j]) chosen[c++] = j;
 }
 
+/* The row's queries of kv head h attended over the means (mk, mv [groups, d], bias [groups]). */
+static void attend_means(const Args *a, int64_t r, int64_t h, const float *mk, const float *mv, const float *bias,
+                         float *sc) {
+  const int64_t d = a->d, heads = a->kvh * a->rep;
+  const float scale = 1.f / sqrtf((float)d);
+  for (int64_t x = 0; x < a->rep; x++) {
+    const int64_t p = r * heads + h * a->rep + x;
+    const float *q = a->q + p * d;
+    float *out = a->rest_out + p * d, top = -INFINITY, total = 0.f;
+    for (int64_t i = 0; i < a->groups; i++) {
+      float dot = 0.f;
+      for (int64_t e = 0; e < d; e++) dot += q[e] * mk[i * d + e];
+      sc[i] = bias[i] == -INFINITY ? -INFINITY : dot * scale + bias[i];
+      top = sc[i] > top ? sc[i] : top;
+    }
+    for (int64_t e = 0; e < d; e++) out[e] = 0.f;
+    if (top == -INFINITY) { /* no unread keys: nothing to fold in */
+      a->rest_lse[p] = -INFINITY;
+      continue;
+    }
+    for (int64_t i = 0; i < a->groups; i++) {
+      const float w = expf(sc[i] - top);
+      total += w;
+      for (int64_t e = 0; e < d; e++) out[e] += w * mv[i * d + e];
+    }
+    for (int64_t e = 0; e < d; e++) out[e] /= total;
+    a->rest_lse[p] = top + logf(total);
+  }
+}
+
 static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t *taken, int64_t *chosen,
-                     int64_t *best) {
+                     int64_t *best, float *mk, float *mv, float *bias) {
   const int64_t d = a->d, kvh = a->kvh, n = a->nblocks[r], keys = a->s * a->bs;
   const int64_t *table = a->tables + r * a->width;
   if (a->topk > 0 && a->width > a->sinks + a->local) {
@@ -88,7 +120,7 @@ static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t 
   if (!a->ksum) return;
   for (int64_t i = 0; i < a->groups; i++) {
     const int64_t lo = i * a->g < n ? i * a->g : n, hi = (i + 1) * a->g < n ? (i + 1) * a->g : n;
-    float *k = a->rk + ((r * kvh + h) * a->groups + i) * d, *v = a->rv + ((r * kvh + h) * a->groups + i) * d;
+    float *k = mk + i * d, *v = mv + i * d;
     int64_t count = 0;
     for (int64_t e = 0; e < d; e++) k[e] = v[e] = 0.f;
     for (int64_t j = lo; j < hi; j++) {
@@ -105,17 +137,19 @@ static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t 
       k[e] *= inv;
       v[e] *= inv;
     }
-    a->rbias[(r * kvh + h) * a->groups + i] = count ? logf((float)(count * a->bs)) : -INFINITY;
+    bias[i] = count ? logf((float)(count * a->bs)) : -INFINITY;
   }
+  attend_means(a, r, h, mk, mv, bias, score); /* the bounds are spent: their room holds scores */
 }
 
-/* Rows [r0, r1); scratch: 2 * s int64s, width floats and width bytes (none on the stack: a table
-   may be millions of blocks wide). */
+/* Rows [r0, r1); scratch: 2 * s int64s, (2 * d + 1) * groups + width floats and width bytes (none
+   on the stack: a table may be millions of blocks wide). */
 int plan(const Args *a, void *scratch, int64_t r0, int64_t r1) {
   int64_t *chosen = (int64_t *)scratch, *best = chosen + a->s;
-  float *score = (float *)(best + a->s);
-  uint8_t *taken = (uint8_t *)(score + a->width);
+  float *mk = (float *)(best + a->s), *mv = mk + a->groups * a->d, *bias = mv + a->groups * a->d;
+  float *score = bias + a->groups;
+  uint8_t *taken = (uint8_t *)(score + (a->width > a->groups ? a->width : a->groups));
   for (int64_t r = r0; r < r1; r++)
-    for (int64_t h = 0; h < a->kvh; h++) row_head(a, r, h, score, taken, chosen, best);
+    for (int64_t h = 0; h < a->kvh; h++) row_head(a, r, h, score, taken, chosen, best, mk, mv, bias);
   return 0;
 }

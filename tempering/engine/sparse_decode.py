@@ -1,13 +1,14 @@
 """Block-sparse decode rows' plan in C (`sparse_decode.c`): for rows of one query each, the blocks
-each kv head reads (`sparse.select`), the slots and mask it reads them by (`sparse._reads`) and
-the unread blocks' group means (`sparse.rest`), in one call per layer instead of some hundred
-PyTorch operations. The same plan as those functions (a test holds them equal); `sparse.attend`
-takes it for decode rows whose keys the paged C kernel reads.
+each kv head reads (`sparse.select`), the slots and mask it reads them by (`sparse._reads`), and
+the queries attended over the unread blocks' group means (`sparse.rest`, `sparse._attend_rest`),
+in one call per layer instead of some hundred PyTorch operations. The same plan as those
+functions (a test holds them equal); `sparse.attend` takes it for decode rows whose keys the
+paged C kernel reads, and the kernel folds the means' attention into its own (`prior`).
 
 Measured on `bench/long_context.py`'s model (4 layers), one sequence decoding, 1 thread, the two
-plans alternating in one process: in PyTorch the plan took select 0.42 + rest 0.69 + reads 0.25 ms
-a layer at 8k tokens; a decode step went 14.5 -> 9.1 ms of CPU at 8k and 17.9 -> 10.8 at 128k
-(medians of 3 runs of 40 steps).
+plans alternating in one process: in PyTorch the plan took select 0.42 + rest 0.69 + reads 0.25
+and the means' attention and merge 0.30 ms a layer at 8k tokens; a decode step went 11.6 -> 6.0
+ms of CPU at 8k and 16.9 -> 9.5 at 128k (medians of 3 runs of 40 steps).
 
 It does not do prefill query blocks (many queries per row: PyTorch's matrix products serve them),
 summaries in other dtypes than float32 (a GPU's bfloat16 pool), or the attention itself.
@@ -33,7 +34,7 @@ SPLIT_BLOCKS = 1 << 14  # rows x blocks under this stay on one thread: a hand-of
 class _Args(ctypes.Structure):
     """sparse_decode.c's Args."""
     _fields_ = [(name, ctypes.c_void_p) for name in ("q", "kmax", "kmin", "ksum", "vsum", "tables", "nblocks", "pos",
-                                                     "slots", "mask", "rk", "rv", "rbias")] + [
+                                                     "slots", "mask", "rest_out", "rest_lse")] + [
         (name, ctypes.c_int64) for name in ("kvh", "rep", "d", "width", "bs", "sinks", "local", "topk", "s", "g",
                                             "groups")]
 
@@ -54,9 +55,11 @@ def use(pool: KVPool) -> bool:
 def plan(spec, pool: KVPool, layer: int, q: torch.Tensor, tables: torch.Tensor, num_blocks: torch.Tensor,
          positions: torch.Tensor, groups: int, per_group: int):
     """q [R, H, D] (one query per row), tables [R, W], num_blocks [R], positions [R] -> slots
-    [R * KVH, K] (`HeadsApart` slots, K = S * block_size), mask [R * KVH, K] bool, and the group
-    means (keys, values [R, KVH, groups, D], bias [R, KVH, groups]) or None where `groups` is 0.
-    `spec` is a `sparse.SparseSpec`; S, the columns read, is min(spec.blocks, W)."""
+    [R * KVH, K] (`HeadsApart` slots, K = S * block_size), mask [R * KVH, K] bool, and the
+    queries attended over their unread blocks' `groups` group means of `per_group` blocks (the
+    output [R, H, D] and log-sum-exp [R, H], as `sparse._attend_rest`; -inf where a row has
+    none), or None where `groups` is 0. `spec` is a `sparse.SparseSpec`; S, the columns read, is
+    min(spec.blocks, W)."""
     rows, width = tables.shape
     kvh, d, bs = pool.kv_heads, pool.head_dim, pool.block_size
     s = min(spec.blocks, width)
@@ -65,21 +68,21 @@ def plan(spec, pool: KVPool, layer: int, q: torch.Tensor, tables: torch.Tensor, 
     positions = positions.to(torch.int64).contiguous()
     slots = torch.empty(rows * kvh, s * bs, dtype=torch.int64)
     mask = torch.empty(rows * kvh, s * bs, dtype=torch.bool)
-    means = None
-    if groups:
-        means = (torch.empty(rows, kvh, groups, d), torch.empty(rows, kvh, groups, d), torch.empty(rows, kvh, groups))
+    heads = q.shape[1]
+    rest = (torch.empty(rows, heads, d), torch.empty(rows, heads)) if groups else None
     k_max, k_min = pool.k_max[layer], pool.k_min[layer]  # contiguous: made so, updated in place
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
     a = _Args(q.data_ptr(), k_max.data_ptr(), k_min.data_ptr(), ptr(pool.k_sum[layer] if groups else None),
               ptr(pool.v_sum[layer] if groups else None), tables.data_ptr(), num_blocks.data_ptr(), positions.data_ptr(),
-              slots.data_ptr(), mask.data_ptr(), *(ptr(t) for t in (means or (None, None, None))),
-              kvh, q.shape[1] // kvh, d, width, bs, spec.sinks, spec.local, spec.topk, s, per_group, groups)
+              slots.data_ptr(), mask.data_ptr(), *(ptr(t) for t in (rest or (None, None))),
+              kvh, heads // kvh, d, width, bs, spec.sinks, spec.local, spec.topk, s, per_group, groups)
     parts = min(torch.get_num_threads(), rows, max(1, rows * width // SPLIT_BLOCKS))
-    scratch = [np.empty(16 * s + 5 * width, np.uint8) for _ in range(parts)]  # see plan() in the C file
+    floats = (2 * d + 1) * groups + max(width, groups)
+    scratch = [np.empty(16 * s + 4 * floats + width, np.uint8) for _ in range(parts)]  # see plan() in the C file
     kernel = _kernel()
 
     def run(part: int, lo: int, hi: int) -> None:
         kernel(ctypes.byref(a), scratch[part].ctypes.data, lo, hi)
 
     native.split_rows(run, rows, parts, "sparse_decode")
-    return slots, mask, means
+    return slots, mask, rest

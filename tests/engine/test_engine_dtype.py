@@ -19,7 +19,7 @@ def test_a_bf16_engine_casts_a_copy_and_matches_its_own_trainer_forward(model, m
     by the paged kernel), and its sampled tokens' logprobs are the bf16 model's full forward's."""
     calls = []
     read = paged_decode.Reader.read
-    monkeypatch.setattr(paged_decode.Reader, "read", lambda *a: calls.append(1) or read(*a))
+    monkeypatch.setattr(paged_decode.Reader, "read", lambda *a, **k: calls.append(1) or read(*a, **k))
     engine = LLM(model, max_seq_len=128, dtype="bfloat16")
     assert next(model.parameters()).dtype == torch.float32
     assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}

@@ -66,6 +66,29 @@ def _check_against_sdpa(kv_heads, rep, d, rows, keys):
     torch.testing.assert_close(lse, ref_lse, atol=TOL, rtol=1e-5)
 
 
+def test_a_prior_is_folded_in_as_attention_over_more_keys():
+    """`prior`: an output and log-sum-exp over other keys (block-sparse rows' group means) that the
+    kernel's running softmax starts from. Oracle: `partial_attention.merge` of the kernel's own
+    result with it; a row-head whose prior is -inf (no other keys) gets the kernel's own."""
+    from tempering.engine.partial_attention import merge
+
+    pool, g = _pool(2, 64), torch.Generator().manual_seed(5)
+    index = torch.randint(0, 1024, (6, 40), generator=g)
+    mask = torch.rand(6, 40, generator=g) < 0.7
+    mask[:, 0] = True
+    q = torch.randn(6, 2, 3, 64, generator=g)
+    other = (torch.randn(6, 2, 3, 64, generator=g), torch.randn(6, 2, 3, generator=g) * 3)
+    other[1][2, 1, 0] = other[1][4] = -torch.inf
+    own, own_lse = paged_decode.attend(pool, 0, q, index, mask)
+    out, lse = paged_decode.attend(pool, 0, q, index, mask, prior=other)
+    want, want_lse = merge(own, own_lse, *other), torch.logaddexp(own_lse, other[1])
+    torch.testing.assert_close(out, want, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(lse, want_lse, atol=TOL, rtol=TOL)
+    torch.testing.assert_close(out[4], own[4], atol=TOL, rtol=TOL)
+    with pytest.raises(ValueError, match="a prior of"):
+        paged_decode.attend(pool, 0, q, index, mask, prior=(other[0][:, :1], other[1]))
+
+
 def test_one_reader_serves_every_layer_of_a_step():
     """A `Reader` is made once per step and read by each layer: every layer's result is its own
     keys' and values' (not the first layer's), written in place into an `out` when one is given;
@@ -276,7 +299,7 @@ def test_the_engine_gives_the_same_tokens_and_logprobs_as_with_gather(model, mon
     params = [SamplingParams(n=4, temperature=1.0, seed=9, max_tokens=48, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=48, ignore_eos=True)]
     runs, read, calls = {}, paged_decode.Reader.read, []
-    monkeypatch.setattr(paged_decode.Reader, "read", lambda self, *a: calls.append(a[1].shape) or read(self, *a))
+    monkeypatch.setattr(paged_decode.Reader, "read", lambda self, *a, **k: calls.append(a[1].shape) or read(self, *a, **k))
     for enabled in (True, False):
         monkeypatch.setattr(paged_decode, "ENABLED", enabled)
         engine = LLM(model, max_seq_len=256, **options)

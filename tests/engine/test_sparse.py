@@ -308,10 +308,11 @@ def test_unread_group_means_of_several_decode_rows_match_a_loop(monkeypatch):
 def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeypatch):
     """Oracle: `select`, `_reads` and `rest` in PyTorch. For decode rows of different lengths (some
     shorter than what a row may read), each with its own table, `sparse_decode.plan` gives the
-    same slots, mask and group means (groups grown past MAX_GROUPS); and `attend` through it gives
-    the output of the PyTorch plan read by the same kernel."""
+    same slots and mask, and the queries' attention over the same group means (groups grown past
+    MAX_GROUPS); and `attend` through it (the paged kernel folding that attention into its own)
+    gives the output of the PyTorch plan read by the same kernel and merged after."""
     from tempering.engine import sparse, sparse_decode
-    from tempering.engine.sparse import _reads, attend, rest
+    from tempering.engine.sparse import _attend_rest, _reads, attend, rest
 
     if not sparse_decode.use(KVPool(1, 1, 4, 1, 16, summaries=True)):
         pytest.skip("no C compiler here")
@@ -334,14 +335,16 @@ def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeyp
     unread = rest(spec, pool, 0, rows, chosen)
     per_group, groups = sparse._grouping(spec, width)
     assert (groups > 0) == (unread is not None)
-    got_slots, got_mask, means = sparse_decode.plan(spec, pool, 0, q, tables, rows.num_blocks, rows.positions[:, 0],
-                                                    groups, per_group)
+    got_slots, got_mask, attended = sparse_decode.plan(spec, pool, 0, q, tables, rows.num_blocks,
+                                                       rows.positions[:, 0], groups, per_group)
     assert torch.equal(got_mask, mask[:, 0].repeat_interleave(kvh, 0))
     assert torch.equal(got_slots, slots)
-    if unread is not None:
+    assert (attended is None) == (unread is None)
+    if unread is not None:  # the queries over the group means: their output and log-sum-exp
         assert groups == 4 and per_group == 5  # 20 blocks in at most 4 groups
-        for want, have in zip((unread.keys, unread.values, unread.bias), means):
-            torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+        want_out, want_lse = _attend_rest(q[:, :, None], unread)
+        torch.testing.assert_close(attended[0], want_out[:, :, 0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(attended[1], want_lse[:, :, 0], atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(sparse_decode, "ENABLED", False)
     want = attend(spec, pool, 0, q.transpose(0, 1), rows)
     monkeypatch.setattr(sparse_decode, "ENABLED", True)
