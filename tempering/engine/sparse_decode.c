@@ -142,14 +142,14 @@ static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t 
   attend_means(a, r, h, mk, mv, bias, score); /* the bounds are spent: their room holds scores */
 }
 
-/* Rows [r0, r1); scratch: 2 * s int64s, (2 * d + 1) * groups + width floats and width bytes (none
-   on the stack: a table may be millions of blocks wide). */
-int plan(const Args *a, void *scratch, int64_t r0, int64_t r1) {
+/* (row, kv head) pairs [u0, u1) in row-major order (a long row's kv heads may go to different
+   threads); scratch: 2 * s int64s, (2 * d + 1) * groups + width floats and width bytes (none on
+   the stack: a table may be millions of blocks wide). */
+int plan(const Args *a, void *scratch, int64_t u0, int64_t u1) {
   int64_t *chosen = (int64_t *)scratch, *best = chosen + a->s;
   float *mk = (float *)(best + a->s), *mv = mk + a->groups * a->d, *bias = mv + a->groups * a->d;
   float *score = bias + a->groups;
   uint8_t *taken = (uint8_t *)(score + (a->width > a->groups ? a->width : a->groups));
-  for (int64_t r = r0; r < r1; r++)
-    for (int64_t h = 0; h < a->kvh; h++) row_head(a, r, h, score, taken, chosen, best, mk, mv, bias);
+  for (int64_t u = u0; u < u1; u++) row_head(a, u / a->kvh, u % a->kvh, score, taken, chosen, best, mk, mv, bias);
   return 0;
 }

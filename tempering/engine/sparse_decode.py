@@ -28,7 +28,7 @@ from tempering.engine.kv_cache import KVPool
 
 SOURCE = Path(__file__).with_suffix(".c")
 ENABLED = True  # tests turn it off to compare with the PyTorch plan
-SPLIT_BLOCKS = 1 << 14  # rows x blocks under this stay on one thread: a hand-off costs ~50 us
+SPLIT_BLOCKS = 1 << 14  # (row, kv head) pairs x blocks under this stay on one thread: a hand-off costs ~50 us
 
 
 class _Args(ctypes.Structure):
@@ -76,7 +76,8 @@ def plan(spec, pool: KVPool, layer: int, q: torch.Tensor, tables: torch.Tensor, 
               ptr(pool.v_sum[layer] if groups else None), tables.data_ptr(), num_blocks.data_ptr(), positions.data_ptr(),
               slots.data_ptr(), mask.data_ptr(), *(ptr(t) for t in (rest or (None, None))),
               kvh, heads // kvh, d, width, bs, spec.sinks, spec.local, spec.topk, s, per_group, groups)
-    parts = min(torch.get_num_threads(), rows, max(1, rows * width // SPLIT_BLOCKS))
+    units = rows * kvh  # (row, kv head) pairs, planned independently: one long row's heads split too
+    parts = min(torch.get_num_threads(), units, max(1, units * width // SPLIT_BLOCKS))
     floats = (2 * d + 1) * groups + max(width, groups)
     scratch = [np.empty(16 * s + 4 * floats + width, np.uint8) for _ in range(parts)]  # see plan() in the C file
     kernel = _kernel()
@@ -84,5 +85,5 @@ def plan(spec, pool: KVPool, layer: int, q: torch.Tensor, tables: torch.Tensor, 
     def run(part: int, lo: int, hi: int) -> None:
         kernel(ctypes.byref(a), scratch[part].ctypes.data, lo, hi)
 
-    native.split_rows(run, rows, parts, "sparse_decode")
+    native.split_rows(run, units, parts, "sparse_decode")
     return slots, mask, rest

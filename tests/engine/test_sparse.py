@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_helpers import ARCH, random_prompts
+from engine_helpers import ARCH, random_prompts, torch_threads
 from tempering.engine import LLM, SamplingParams
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.sparse import SparseRows, SparseSpec, select
@@ -309,7 +309,7 @@ def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeyp
     """Oracle: `select`, `_reads` and `rest` in PyTorch. For decode rows of different lengths (some
     shorter than what a row may read), each with its own table, `sparse_decode.plan` gives the
     same slots and mask, and the queries' attention over the same group means (groups grown past
-    MAX_GROUPS); and `attend` through it (the paged kernel folding that attention into its own)
+    MAX_GROUPS), on one thread or with its (row, kv head) pairs split over three; and `attend` through it (the paged kernel folding that attention into its own)
     gives the output of the PyTorch plan read by the same kernel and merged after."""
     from tempering.engine import sparse, sparse_decode
     from tempering.engine.sparse import _attend_rest, _reads, attend, rest
@@ -340,6 +340,11 @@ def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeyp
     assert torch.equal(got_mask, mask[:, 0].repeat_interleave(kvh, 0))
     assert torch.equal(got_slots, slots)
     assert (attended is None) == (unread is None)
+    monkeypatch.setattr(sparse_decode, "SPLIT_BLOCKS", 1)
+    with torch_threads(3):  # 8 (row, kv head) pairs on 3 threads: the same plan
+        split = sparse_decode.plan(spec, pool, 0, q, tables, rows.num_blocks, rows.positions[:, 0], groups, per_group)
+    assert torch.equal(split[0], got_slots) and torch.equal(split[1], got_mask)
+    assert attended is None or all(torch.equal(x, y) for x, y in zip(split[2], attended))
     if unread is not None:  # the queries over the group means: their output and log-sum-exp
         assert groups == 4 and per_group == 5  # 20 blocks in at most 4 groups
         want_out, want_lse = _attend_rest(q[:, :, None], unread)
