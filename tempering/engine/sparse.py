@@ -191,7 +191,7 @@ def _decode(spec: SparseSpec, pool: KVPool, layer: int, qr: torch.Tensor, rows: 
 def _grouping(spec: SparseSpec, width: int) -> tuple[int, int]:
     """-> blocks per group of unread blocks and groups per row (0, 0: none) for tables `width`
     blocks wide."""
-    if spec.rest_group == 0 or width <= min(spec.blocks, width):
+    if spec.rest_group == 0 or width <= spec.blocks:  # every block read: none left over
         return 0, 0
     g = max(spec.rest_group, -(-width // MAX_GROUPS))
     return g, -(-width // g)
