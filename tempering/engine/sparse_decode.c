@@ -80,7 +80,8 @@ static void attend_means(const Args *a, int64_t r, int64_t h, const float *mk, c
 
 static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t *taken, int64_t *chosen,
                      int64_t *best, float *mk, float *mv, float *bias) {
-  const int64_t d = a->d, kvh = a->kvh, n = a->nblocks[r], keys = a->s * a->bs;
+  const int64_t d = a->d, kvh = a->kvh, keys = a->s * a->bs;
+  const int64_t n = a->nblocks[r] < a->width ? a->nblocks[r] : a->width; /* never past the table */
   const int64_t *table = a->tables + r * a->width;
   if (a->topk > 0 && a->width > a->sinks + a->local) {
     float top[d], bottom[d];
