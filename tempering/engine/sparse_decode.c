@@ -78,35 +78,37 @@ static void attend_means(const Args *a, int64_t r, int64_t h, const float *mk, c
   }
 }
 
-static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t *taken, int64_t *chosen,
-                     int64_t *best, float *mk, float *mv, float *bias) {
-  const int64_t d = a->d, kvh = a->kvh, keys = a->s * a->bs;
-  const int64_t n = a->nblocks[r] < a->width ? a->nblocks[r] : a->width; /* never past the table */
+/* score[0, n): Quest's bound of each of row r's blocks for kv head h (+inf for its sinks and local
+   blocks, which are always read; 0 for the others when nothing is chosen by score). */
+static void bounds(const Args *a, int64_t r, int64_t h, int64_t n, float *score) {
+  const int64_t d = a->d, kvh = a->kvh;
   const int64_t *table = a->tables + r * a->width;
-  if (a->topk > 0 && a->width > a->sinks + a->local) {
-    float top[d], bottom[d];
-    for (int64_t e = 0; e < d; e++) top[e] = bottom[e] = 0.f;
-    for (int64_t x = 0; x < a->rep; x++) {
-      const float *qh = a->q + (r * kvh * a->rep + h * a->rep + x) * d;
-      for (int64_t e = 0; e < d; e++) {
-        top[e] += qh[e] > 0.f ? qh[e] : 0.f;
-        bottom[e] += qh[e] < 0.f ? qh[e] : 0.f;
-      }
+  const int scored = a->topk > 0 && a->width > a->sinks + a->local;
+  float top[d], bottom[d]; /* the head's query heads' positive and negative parts, summed */
+  for (int64_t e = 0; e < d; e++) top[e] = bottom[e] = 0.f;
+  for (int64_t x = 0; scored && x < a->rep; x++) {
+    const float *qh = a->q + (r * kvh * a->rep + h * a->rep + x) * d;
+    for (int64_t e = 0; e < d; e++) {
+      top[e] += qh[e] > 0.f ? qh[e] : 0.f;
+      bottom[e] += qh[e] < 0.f ? qh[e] : 0.f;
     }
-    for (int64_t j = 0; j < n; j++) {
-      if (j < a->sinks || j >= n - a->local) {
-        score[j] = INFINITY;
-        continue;
-      }
-      const float *hi = a->kmax + (table[j] * kvh + h) * d, *lo = a->kmin + (table[j] * kvh + h) * d;
-      float sum = 0.f;
-      for (int64_t e = 0; e < d; e++) sum += top[e] * hi[e] + bottom[e] * lo[e];
-      score[j] = sum;
-    }
-  } else {
-    for (int64_t j = 0; j < n; j++) score[j] = (j < a->sinks || j >= n - a->local) ? INFINITY : 0.f;
   }
-  choose(score, n, a->s, chosen, taken, best);
+  for (int64_t j = 0; j < n; j++) {
+    if (j < a->sinks || j >= n - a->local || !scored) {
+      score[j] = (j < a->sinks || j >= n - a->local) ? INFINITY : 0.f;
+      continue;
+    }
+    const float *hi = a->kmax + (table[j] * kvh + h) * d, *lo = a->kmin + (table[j] * kvh + h) * d;
+    float sum = 0.f;
+    for (int64_t e = 0; e < d; e++) sum += top[e] * hi[e] + bottom[e] * lo[e];
+    score[j] = sum;
+  }
+}
+
+/* The HeadsApart slots and mask of the chosen blocks' keys (-1: a masked copy of block 0's). */
+static void reads(const Args *a, int64_t r, int64_t h, const int64_t *chosen) {
+  const int64_t kvh = a->kvh, keys = a->s * a->bs;
+  const int64_t *table = a->tables + r * a->width;
   int64_t *slots = a->slots + (r * kvh + h) * keys;
   uint8_t *mask = a->mask + (r * kvh + h) * keys;
   for (int64_t c = 0; c < a->s; c++) {
@@ -118,7 +120,14 @@ static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t 
     }
   }
   if (a->pos[r] < 0) mask[0] = 1; /* a padding query sees one key (its output is dropped) */
-  if (!a->ksum) return;
+}
+
+/* mk, mv [groups, d]: each group's mean key and value over the blocks not `taken`; bias [groups]:
+   the log of how many keys a mean stands for (-inf: none). */
+static void means(const Args *a, int64_t r, int64_t h, int64_t n, const uint8_t *taken, float *mk, float *mv,
+                  float *bias) {
+  const int64_t d = a->d, kvh = a->kvh;
+  const int64_t *table = a->tables + r * a->width;
   for (int64_t i = 0; i < a->groups; i++) {
     const int64_t lo = i * a->g < n ? i * a->g : n, hi = (i + 1) * a->g < n ? (i + 1) * a->g : n;
     float *k = mk + i * d, *v = mv + i * d;
@@ -140,6 +149,16 @@ static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t 
     }
     bias[i] = count ? logf((float)(count * a->bs)) : -INFINITY;
   }
+}
+
+static void row_head(const Args *a, int64_t r, int64_t h, float *score, uint8_t *taken, int64_t *chosen,
+                     int64_t *best, float *mk, float *mv, float *bias) {
+  const int64_t n = a->nblocks[r] < a->width ? a->nblocks[r] : a->width; /* never past the table */
+  bounds(a, r, h, n, score);
+  choose(score, n, a->s, chosen, taken, best);
+  reads(a, r, h, chosen);
+  if (!a->ksum) return;
+  means(a, r, h, n, taken, mk, mv, bias);
   attend_means(a, r, h, mk, mv, bias, score); /* the bounds are spent: their room holds scores */
 }
 
