@@ -196,7 +196,8 @@ class SandboxConfig:
     guest_python: str = "/usr/bin/python3"  # runs the sandbox's zygote (stdlib only)
     ro_paths: tuple[str, ...] = ()  # extra host paths visible read-only inside, e.g. a venv
     # The read-only toolchain sessions see at /opt/toolchain (pytest, installer shims; built by
-    # scripts/setup.sh): "auto" = <repository>/.toolchain when built, "" = none, or a folder.
+    # scripts/setup.sh): "auto" = the cache's (tempering.cache: $TEMPERING_CACHE/toolchain) when
+    # built, "" = none, or a folder (public to sandbox.uid when run as root).
     toolchain: str = "auto"
 
     def __post_init__(self) -> None:

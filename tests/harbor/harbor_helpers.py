@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST
+from tempering.sandbox.toolchain import MANIFEST, default_dir
 
-needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None or not (DEFAULT_DIR / MANIFEST).is_file(),
+needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None or not (default_dir() / MANIFEST).is_file(),
                                    reason="needs bubblewrap and the toolchain (scripts/setup.sh)")
 
 TB_TEST_SH = """#!/bin/bash

@@ -12,7 +12,7 @@ import pytest
 from harbor_helpers import make_task, needs_sandbox
 from tempering.cli import main
 from tempering.sandbox import ExecTag
-from tempering.sandbox.toolchain import DEFAULT_DIR, Toolchain
+from tempering.sandbox.toolchain import Toolchain, default_dir
 from tempering.tasks import harbor
 
 pytestmark = needs_sandbox
@@ -59,7 +59,7 @@ def test_the_importer_lists_runnable_and_skipped_folders_with_reasons(sandbox, t
     make_task(tmp_path / "weak", tests="def test_nothing():\n    pass\n")  # doing nothing passes
     make_task(tmp_path / "wrong", solve="#!/bin/bash\ntrue\n")  # its oracle fails
     (tmp_path / "not-a-task").mkdir()
-    results = {r.path.parent.name: r for r in harbor.scan([tmp_path], Toolchain.load(DEFAULT_DIR), sandbox,
+    results = {r.path.parent.name: r for r in harbor.scan([tmp_path], Toolchain.load(default_dir()), sandbox,
                                                            oracle=True, noop=True)}
     assert set(results) == {"good", "net", "multi", "lacks", "weak", "wrong"}
     assert results["good"].runnable and (results["good"].oracle, results["good"].noop) == (1.0, 0.0)

@@ -12,10 +12,10 @@ import pytest
 
 from sandbox_helpers import needs_bwrap
 from tempering.sandbox import SessionSpec, Workspace
-from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST, Toolchain, ToolchainError, locate
+from tempering.sandbox.toolchain import MANIFEST, Toolchain, ToolchainError, default_dir, locate
 from tempering.sandbox.toolchain import build as toolchain_build
 
-built = pytest.mark.skipif(not (DEFAULT_DIR / MANIFEST).is_file(),
+built = pytest.mark.skipif(not (default_dir() / MANIFEST).is_file(),
                            reason="no toolchain built (scripts/setup.sh builds .toolchain)")
 
 
@@ -77,7 +77,7 @@ def test_locate_reads_the_one_config_key(tmp_path):
 @built
 def test_a_built_toolchain_rebuilds_without_the_network(tmp_path):
     dest = tmp_path / "tc"
-    shutil.copytree(DEFAULT_DIR, dest, symlinks=True)
+    shutil.copytree(default_dir(), dest, symlinks=True)
     (dest / "bin" / "pip").unlink()  # a shim gone missing is put back
     assert "up to date" in toolchain_build.build(dest, "/usr/bin/python3")
     assert (dest / "bin" / "pip").is_symlink() and not (tmp_path / "tc.new").exists()

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST
+from tempering.sandbox.toolchain import MANIFEST, default_dir
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or not (DEFAULT_DIR / MANIFEST).is_file(),
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or not (default_dir() / MANIFEST).is_file(),
                                 reason="needs bubblewrap and the sandbox toolchain (scripts/setup.sh)")
 
 

@@ -37,13 +37,13 @@ def sample() -> list[str]:
 
 def _runner_missing() -> str | None:
     try:
-        from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST
+        from tempering.sandbox.toolchain import MANIFEST, default_dir
         from tempering.tasks.harbor import cli  # noqa: F401
     except ImportError as e:
         return f"the Harbor runner (tempering.tasks.harbor) is not available: {e}"
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (apt-get install -y bubblewrap)"
-    if not (DEFAULT_DIR / MANIFEST).is_file():
+    if not (default_dir() / MANIFEST).is_file():
         return "the sandbox toolchain is not built (scripts/setup.sh)"
     return None
 

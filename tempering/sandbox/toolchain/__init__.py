@@ -5,7 +5,9 @@ A folder built by `build.py` (scripts/setup.sh): Python packages for the sandbox
 path, and offline shims for the installers test scripts call (apt-get, pip, uv, uvx: they
 succeed for what is present and fail, naming it, for what is not). Its manifest.json lists
 what the sandbox offers: Python packages (the toolchain's and the system's), Debian packages
-and commands. `locate` reads the one config key, `sandbox.toolchain`; `Toolchain.missing`
+and commands. It lives in the cache (`default_dir()`: `tempering.cache`, public to the
+sandbox's uid whatever the checkout's parents are). `locate` reads the one config key,
+`sandbox.toolchain`; `Toolchain.missing`
 says which of a task's needs are not met; `session_env` and `home` are what a session's
 commands get. It builds nothing (`build`) and mounts nothing (the backend binds `root`).
 """
@@ -18,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from tempering import cache
+
 if TYPE_CHECKING:
     from tempering.sandbox.workspace import Workspace
 
 MANIFEST = "manifest.json"
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / ".toolchain"  # <repository>/.toolchain
 PATH_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")  # the sandbox's PATH after the toolchain's bin/
 
 
@@ -74,27 +77,25 @@ class Toolchain:
         return Workspace.from_dir(self.root / "home")
 
 
+def default_dir() -> Path:
+    """Where scripts/setup.sh builds the toolchain and "auto" looks for it."""
+    return cache.root() / "toolchain"
+
+
 def locate(setting: str) -> Toolchain | None:
-    """The toolchain `sandbox.toolchain` names: "auto" (the default) is DEFAULT_DIR when it has
-    been built, else none; "" is none; anything else a folder that must hold a toolchain."""
+    """The toolchain `sandbox.toolchain` names: "auto" (the default) is `default_dir()` when it
+    has been built, else none; "" is none; anything else a folder that must hold a toolchain.
+    The sandbox runs as an unprivileged host uid, so the folder must be public (ToolchainError)."""
     if setting == "":
         return None
-    path = DEFAULT_DIR if setting == "auto" else Path(setting)
+    path = default_dir() if setting == "auto" else Path(setting)
     if setting == "auto" and not (path / MANIFEST).is_file():
         return None
     tc = Toolchain.load(path)
-    _check_public(tc.root)
+    try:
+        cache.check_public(tc.root, "sandbox.toolchain")
+    except cache.CacheError as e:
+        raise ToolchainError(str(e)) from None
     return tc
-
-
-def _check_public(root: Path) -> None:
-    """The sandbox runs as an unprivileged host uid: the folder and every directory above it
-    must be searchable by others, the folder readable."""
-    path = root.resolve()
-    for p in (path, *path.parents):
-        mode = p.stat().st_mode
-        if not mode & 0o001 or (p == path and not mode & 0o004):
-            raise ToolchainError(f"sandbox.toolchain: {p} is not readable by other users (mode {oct(mode & 0o777)}), "
-                                 "which the sandbox's unprivileged user needs")
 
 

@@ -2,10 +2,11 @@
 
     python -m tempering.sandbox.toolchain.build [DEST] [--guest-python /usr/bin/python3]
 
-DEST (default `.toolchain` at the repository root) gets: lib/ (requirements.txt installed with
-pip --target for the guest interpreter's Python version, wheels only), bin/ (pytest, python,
-python3, and the installer shims: apt-get, apt, pip, pip3, uv, uvx), home/.local/bin/env (the
-file a uv installer would leave, empty), and manifest.json: the Python packages the guest
+DEST (default: `toolchain/` in the cache, `tempering.cache`, made public) gets: lib/
+(requirements.txt installed with pip --target for the guest interpreter's Python version,
+wheels only), bin/ (pytest, python, python3, and the installer shims: apt-get, apt, pip,
+pip3, uv, uvx), home/.local/bin/env (the file a uv installer would leave, empty), and
+manifest.json: the Python packages the guest
 interpreter sees with lib/ first, the Debian packages installed on this machine (the sandbox
 binds its /usr) and the commands on the sandbox's PATH. Idempotent: pip runs only when the
 requirements changed, so a built toolchain is rebuilt offline (shims and manifest refreshed);
@@ -24,7 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tempering.sandbox.toolchain import DEFAULT_DIR, MANIFEST, PATH_DIRS
+from tempering import cache
+from tempering.sandbox.toolchain import MANIFEST, PATH_DIRS, default_dir
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "requirements.txt"
@@ -46,11 +48,15 @@ _PACKAGES = ("import importlib.metadata as m, json, sys; sys.path.insert(0, sys.
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tempering.sandbox.toolchain.build", description=__doc__.splitlines()[0])
-    ap.add_argument("dest", nargs="?", default=str(DEFAULT_DIR))
+    ap.add_argument("dest", nargs="?", help="the folder to build (default: the cache's, %(default)s)",
+                    default=str(default_dir()))
     ap.add_argument("--guest-python", default="/usr/bin/python3")
     args = ap.parse_args(argv)
     try:
-        print(build(Path(args.dest), args.guest_python))
+        dest = Path(args.dest)
+        if dest == default_dir():
+            cache.folder(dest.name, public=True)
+        print(build(dest, args.guest_python))
     except (OSError, subprocess.CalledProcessError, ValueError) as e:
         print(f"tempering toolchain: {e}", file=sys.stderr)
         return 1
