@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Generate the mutation bug-fix tasks of tempering/tasks/terminal from library sdists.
+"""Generate the mutation bug-fix tasks of the terminal task set from library sdists.
 
 For each library below it downloads the sdist from PyPI (`pip download --no-binary :all:
---no-deps NAME==VERSION`; run it where PyPI is reachable), copies a trimmed copy of its source,
-tests and licence to tempering/tasks/terminal/libraries/<name>/, checks that the unmutated code
-passes every test selection it will use, then proposes AST-located one-line mutations
+--no-deps NAME==VERSION`; run it where PyPI is reachable) into the cache, pins it (name,
+version, sha256 and the files the tasks use: a trimmed selection of its source, tests and
+licence) in data/terminal/libraries.lock.toml, unpacks those files into the cache
+(tempering.tasks.terminal.upstream, as set-up does), checks that the unmutated code passes
+every test selection it will use, then proposes AST-located one-line mutations
 (tempering.tasks.terminal.mutate) and runs the selected tests on each mutant, exactly as the
 materialised task's verifier will (same conftest, pytest.ini and arguments; the workspace at a
 temporary path instead of /app). A mutation is kept only if pytest exits 1 with at least one
 failing test, in under its time limit; the failing tests and their messages are recorded.
-Output: libraries/<name>/library.json and mutations.jsonl (one task per line).
+Output: the lock and data/terminal/mutations.jsonl (one task per line); no library file is
+written into the repository.
 
     python scripts/generate_mutation_tasks.py                # all libraries, 2 workers
     python scripts/generate_mutation_tasks.py --only toolz --workers 1
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import dataclasses
 import hashlib
 import json
 import os
@@ -43,12 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tempering.tasks.terminal import generated, templates  # noqa: E402
+from tempering.tasks.terminal import data, generated, templates, upstream  # noqa: E402
 from tempering.tasks.terminal.mutate import Mutation, apply, find_mutations  # noqa: E402
-
-TERMINAL = ROOT / "tempering" / "tasks" / "terminal"
-LIBRARIES_DIR = TERMINAL / "libraries"
-MUTATIONS_FILE = TERMINAL / "mutations.jsonl"
 BY_NAME = "by-name"  # select the test classes named after the mutated function
 
 
@@ -65,7 +65,6 @@ class Library:
 
     name: str
     version: str
-    license: str
     license_file: str
     src_root: str
     packages: list[str]
@@ -87,14 +86,14 @@ def _flat(names):
 
 LIBRARIES = [
     Library(
-        name="inflection", version="0.5.1", license="MIT", license_file="LICENSE",
+        name="inflection", version="0.5.1", license_file="LICENSE",
         src_root="", packages=["inflection"], imports=["inflection"],
         test_root="", tests={"test_inflection.py": "test_inflection.py"},
         targets={"inflection/__init__.py": ["test_inflection.py"]}, quota=30,
         drop=[r"py\.typed$"],
         why="one module of string inflections (camelize, pluralize, ...), 455 fast parametrised tests"),
     Library(
-        name="toolz", version="1.2.0", license="BSD-3-Clause", license_file="LICENSE.txt",
+        name="toolz", version="1.2.0", license_file="LICENSE.txt",
         src_root="", packages=["toolz"], imports=["toolz"],
         test_root="toolz", tests={
             "tests/test_itertoolz.py": "test_itertoolz.py",
@@ -109,20 +108,20 @@ LIBRARIES = [
         quota=35, drop=[r"(^|/)tests/", r"py\.typed$"],
         why="functional utilities over iterables, functions and dicts; tests per module, under 0.5 s"),
     Library(
-        name="more-itertools", version="11.2.1", license="MIT", license_file="LICENSE",
+        name="more-itertools", version="11.2.1", license_file="LICENSE",
         src_root="", packages=["more_itertools"], imports=["more_itertools"],
         test_root="tests", tests={"test_more.py": "test_more.py", "test_recipes.py": "test_recipes.py"},
         targets={"more_itertools/more.py": BY_NAME, "more_itertools/recipes.py": BY_NAME},
         quota=40, drop=[r"\.pyi$", r"py\.typed$"], slow_classes=("TestConcurrentTee",),
         why="~270 small iterator functions, each with its own test class (the task runs that class)"),
     Library(
-        name="six", version="1.17.0", license="MIT", license_file="LICENSE",
+        name="six", version="1.17.0", license_file="LICENSE",
         src_root="", packages=["six.py"], imports=["six"],
         test_root="", tests={"test_six.py": "test_six.py"},
         targets={"six.py": ["test_six.py"]}, quota=15,
         why="the Python 2/3 compatibility module: one file, 200 tests in under a second"),
     Library(
-        name="boltons", version="26.2.0", license="BSD-3-Clause", license_file="LICENSE",
+        name="boltons", version="26.2.0", license_file="LICENSE",
         src_root="", packages=["boltons"], imports=["boltons"],
         test_root="tests", tests=_flat([
             "test_strutils.py", "test_iterutils.py", "test_dictutils.py", "test_setutils.py",
@@ -137,7 +136,7 @@ LIBRARIES = [
         quota=40, drop=[r"py\.typed$"],
         why="nine self-contained utility modules (strings, iterables, dicts, sets, caches, URLs)"),
     Library(
-        name="isodate", version="0.7.2", license="BSD-3-Clause", license_file="LICENSE",
+        name="isodate", version="0.7.2", license_file="LICENSE",
         src_root="src", packages=["isodate"], imports=["isodate"],
         test_root="tests", tests=_flat(["test_date.py", "test_time.py", "test_datetime.py",
                                         "test_duration.py", "test_strf.py", "test_pickle.py"]),
@@ -148,7 +147,7 @@ LIBRARIES = [
         quota=30, drop=[r"py\.typed$"],
         why="ISO 8601 parsing and formatting of dates, times and durations; whole suite in ~0.3 s"),
     Library(
-        name="tabulate", version="0.10.0", license="MIT", license_file="LICENSE",
+        name="tabulate", version="0.10.0", license_file="LICENSE",
         src_root="", packages=["tabulate"], imports=["tabulate"],
         test_root="test", tests=_flat(["test_output.py", "test_input.py", "test_internal.py",
                                        "test_regression.py", "test_textwrapper.py", "test_api.py"]),
@@ -158,7 +157,7 @@ LIBRARIES = [
         quota=30, drop=[r"py\.typed$"],
         why="plain-text table formatting: one module, ~300 output and input tests"),
     Library(
-        name="humanize", version="4.17.0", license="MIT", license_file="LICENCE",
+        name="humanize", version="4.17.0", license_file="LICENCE",
         src_root="src", packages=["humanize"], imports=["humanize"],
         test_root="tests", tests=_flat(["test_number.py", "test_filesize.py", "test_lists.py"]),
         targets={"humanize/number.py": ["test_number.py"], "humanize/filesize.py": ["test_filesize.py"],
@@ -166,7 +165,7 @@ LIBRARIES = [
         quota=25, drop=[r"(^|/)locale/", r"py\.typed$"],
         why="human-readable numbers and file sizes (the time and i18n parts need freezegun: left out)"),
     Library(
-        name="semver", version="3.1.2", license="BSD-3-Clause", license_file="LICENSE.txt",
+        name="semver", version="3.1.2", license_file="LICENSE.txt",
         src_root="src", packages=["semver"], imports=["semver"],
         test_root="tests", tests=_flat([
             "test_bump.py", "test_bump_build_digitless.py", "test_bump_token_validation.py",
@@ -195,7 +194,9 @@ LIBRARIES = [
 # sdists -> trimmed library copies
 
 
-def download(lib: Library, cache: Path, pip: list[str]) -> Path:
+def download(lib: Library, pip: list[str]) -> Path:
+    """The library's sdist in the cache's sdists/ folder (downloaded by pip when absent)."""
+    cache = upstream.root() / "sdists"
     cache.mkdir(parents=True, exist_ok=True)
     stem = f"{lib.name}-{lib.version}".lower().replace("-", "_")
 
@@ -204,7 +205,8 @@ def download(lib: Library, cache: Path, pip: list[str]) -> Path:
 
     found = [p for p in cache.iterdir() if matches(p)]
     if not found:
-        subprocess.run([*pip, "download", "--no-binary", ":all:", "--no-deps", "-q", "-d", str(cache), f"{lib.name}=={lib.version}"], check=True)
+        subprocess.run([*pip, "download", "--no-binary", ":all:", "--no-deps", "-q", "-d", str(cache),
+                        f"{lib.name}=={lib.version}"], check=True)
         found = [p for p in cache.iterdir() if matches(p)]
     if len(found) != 1:
         raise SystemExit(f"{lib.name}: expected one sdist in {cache}, found {found}")
@@ -226,24 +228,17 @@ def _module_deps(path: Path, package: str) -> set[str]:
     return deps
 
 
-def build_library(lib: Library, sdist: Path, work: Path) -> dict:
-    """Copy the trimmed source, tests and licence into libraries/<name>/; return library.json."""
+def pin_for(lib: Library, sdist: Path, work: Path) -> upstream.Pin:
+    """The lock entry: the sdist's hash and the trimmed selection of its files the tasks use."""
     top = extract(sdist, work / f"x-{lib.name}")
-    out = LIBRARIES_DIR / lib.name
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "app").mkdir(parents=True)
-    (out / "tests").mkdir()
     src = top / lib.src_root if lib.src_root else top
     droppers = [re.compile(d) for d in lib.drop] + [re.compile(r"__pycache__|\.pyc$")]
-
     keep = None
     if lib.keep_modules is not None:
         (pkg,) = lib.packages
         keep, todo = set(), list(lib.keep_modules)
-        test_texts = [(top / lib.test_root / t) for t in lib.tests]
-        for t in test_texts:
-            todo += [d for d in _module_deps(t, pkg)]
+        for t in lib.tests:
+            todo += list(_module_deps(top / lib.test_root / t, pkg))
         while todo:
             m = todo.pop()
             if m in keep or not (src / pkg / f"{m}.py").exists():
@@ -251,39 +246,37 @@ def build_library(lib: Library, sdist: Path, work: Path) -> dict:
             keep.add(m)
             todo += list(_module_deps(src / pkg / f"{m}.py", pkg))
         keep |= {"__init__"}
-
+    app_files = []
     for p in lib.packages:
         base = src / p
-        files = [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file())
-        for f in files:
+        for f in [base] if base.is_file() else sorted(f for f in base.rglob("*") if f.is_file()):
             rel = f.relative_to(src).as_posix()
             if any(d.search(rel) for d in droppers):
                 continue
             if keep is not None and f.parent == base and f.suffix == ".py" and f.stem not in keep:
                 continue
-            dest = out / "app" / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dest)
-    tests_root = top / lib.test_root if lib.test_root else top
-    for rel, flat in lib.tests.items():
-        shutil.copy2(tests_root / rel, out / "tests" / flat)
-    for rel in lib.support:
-        shutil.copy2(tests_root / rel, out / "tests" / Path(rel).name)
-    shutil.copy2(top / lib.license_file, out / lib.license_file)
-    meta = {
-        "name": lib.name, "version": lib.version, "license": lib.license,
-        "license_file": lib.license_file,
-        "sdist": sdist.name, "sdist_sha256": hashlib.sha256(sdist.read_bytes()).hexdigest(),
-        "source": f"https://pypi.org/project/{lib.name}/{lib.version}/",
-        "imports": lib.imports,
-        "app_files": sorted(p.relative_to(out / "app").as_posix()
-                            for p in (out / "app").rglob("*") if p.is_file()),
-        "source_lines": sum(len(p.read_bytes().splitlines()) for p in (out / "app").rglob("*.py")),
-        "test_files": sorted(lib.tests.values()),
-        "support_files": sorted(Path(s).name for s in lib.support),
-        "why": lib.why,
-    }
-    return meta
+            app_files.append(rel)
+    return upstream.Pin(lib.name, lib.version, sdist.name, hashlib.sha256(sdist.read_bytes()).hexdigest(),
+                        lib.license_file, lib.src_root, tuple(sorted(app_files)), lib.test_root, dict(lib.tests),
+                        tuple(lib.support), tuple(lib.imports), lib.why)
+
+
+def _toml(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+
+
+def write_lock(pins: list[upstream.Pin]) -> None:
+    lines = ["# The upstream libraries of the generated terminal tasks, pinned by name, version and the",
+             "# sdist's sha256, and the files of each sdist the tasks use (paths inside its top folder).",
+             "# Written by scripts/generate_mutation_tasks.py; read by tempering.tasks.terminal.upstream,",
+             "# which downloads, verifies and unpacks them at set-up (python -m tempering.tasks.terminal build)."]
+    for pin in pins:
+        lines += ["", "[[library]]"] + [f"{k} = {_toml(v)}" for k, v in dataclasses.asdict(pin).items()]
+    data.lock_file().write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,8 +434,7 @@ def candidates(lib: Library, lib_dir: Path, meta: dict, rng: random.Random):
                 yield pools[k].pop()
 
 
-def generate(lib: Library, meta: dict, python: str, workers: int, seed: int, log) -> list[dict]:
-    lib_dir = LIBRARIES_DIR / lib.name
+def generate(lib: Library, lib_dir: Path, meta: dict, python: str, workers: int, seed: int, log) -> list[dict]:
     rng = random.Random(f"{seed}:{lib.name}")
     order = list(candidates(lib, lib_dir, meta, rng))
     log(f"  {lib.name}: {len(order)} candidate mutations")
@@ -508,7 +500,7 @@ def record(lib, file, m: Mutation, targets, r, source) -> dict:
     line = source.splitlines()[m.line - 1]
     mutated_line = apply(source, m).splitlines()[m.line - 1]
     return {
-        "id": None, "library": lib.name, "version": lib.version, "license": lib.license,
+        "id": None, "library": lib.name, "version": lib.version,
         "file": file, "line": m.line, "col": m.col, "end_col": m.end_col,
         "original": m.original, "mutated": m.mutated, "operator": m.operator,
         "description": m.description, "function": m.function,
@@ -524,18 +516,17 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--python", default=sys.executable, help="a Python with pytest, to run the tests")
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "tempering-sdists"))
     ap.add_argument("--pip", default=f"{sys.executable} -m pip")
     args = ap.parse_args(argv)
     libs = [lib for lib in LIBRARIES if not args.only or lib.name in args.only]
     if args.only and len(libs) != len(args.only):
         raise SystemExit(f"unknown library in {args.only}; known: {[lib.name for lib in LIBRARIES]}")
 
-    existing = []
-    if MUTATIONS_FILE.exists():
-        existing = [json.loads(ln) for ln in MUTATIONS_FILE.read_text().splitlines() if ln.strip()]
+    mutations = data.mutations_file()
+    existing = [json.loads(ln) for ln in mutations.read_text().splitlines() if ln.strip()] if mutations.exists() else []
     names = {lib.name for lib in libs}
     out = [r for r in existing if r["library"] not in names]
+    pins = {name: pin for name, pin in upstream.pins().items() if name not in names} if data.lock_file().exists() else {}
     t0 = time.monotonic()
 
     def log(msg):
@@ -544,16 +535,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tempering-gen-") as work:
         for lib in libs:
             log(f"{lib.name} {lib.version}")
-            sdist = download(lib, Path(args.cache), args.pip.split())
-            meta = build_library(lib, sdist, Path(work))
-            kept = generate(lib, meta, args.python, args.workers, args.seed, log)
-            meta["tasks"] = len(kept)
-            (LIBRARIES_DIR / lib.name / "library.json").write_text(json.dumps(meta, indent=1) + "\n")
-            out += kept
+            pin = pins[lib.name] = pin_for(lib, download(lib, args.pip.split()), Path(work))
+            shutil.rmtree(upstream.library_dir(pin), ignore_errors=True)  # unpacked afresh from the pin
+            lib_dir = upstream.unpack(pin, upstream.fetch(pin))
+            out += generate(lib, lib_dir, upstream.meta(pin), args.python, args.workers, args.seed, log)
     order = [lib.name for lib in LIBRARIES]
+    write_lock([pins[name] for name in order if name in pins])
     out.sort(key=lambda r: (order.index(r["library"]), r["id"]))
-    MUTATIONS_FILE.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
-    log(f"wrote {len(out)} tasks to {MUTATIONS_FILE.relative_to(ROOT)}")
+    mutations.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out))
+    log(f"wrote {len(out)} tasks to {mutations} and the lock {data.lock_file()}")
     return 0
 
 

@@ -24,7 +24,13 @@ PYTHON=${PYTHON:-python3}
 # picks PyTorch's CPU wheels.
 .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test,ray]"  # ray: the Ray runtime's tests run in CI too
-# The sandbox's read-only toolchain (.toolchain: pytest and installer shims for task folders).
-# Offline, an earlier build is kept (refreshed); without one, tasks that need it are skipped.
+# Built into the cache, outside the checkout (TEMPERING_CACHE; /var/cache/tempering for root,
+# ~/.cache/tempering otherwise), where the sandbox's unprivileged user can read it.
+# The sandbox's read-only toolchain (pytest and installer shims for task folders). Offline, an
+# earlier build is kept (refreshed); without one, tasks that need it are skipped.
 .venv/bin/python -m tempering.sandbox.toolchain.build \
   || echo "setup: the sandbox toolchain was not built (offline?); Harbor tasks that need pytest will be skipped" >&2
+# The generated terminal tasks: their upstream libraries fetched from PyPI (pinned by sha256 in
+# data/terminal/libraries.lock.toml), verified and mutated. Offline with a cold cache: one line,
+# and those tasks are left out.
+.venv/bin/python -m tempering.tasks.terminal build --offline-ok

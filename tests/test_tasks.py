@@ -48,11 +48,12 @@ def test_terminal_tasks_are_shipped_folders_with_a_stable_identity():
     folder) and the held-out split agree between the trainer and the rollout worker."""
     import random
 
-    from tempering.tasks.terminal import domain
+    from tempering.tasks.terminal import catalog
 
     d = get_domain("terminal")
     a, b = d.make(random.Random(3)), d.make(random.Random(3))
     assert a == b and a.environment.workdir == "/app"
     folder = a.environment.folder
-    assert (domain.folder(folder.rsplit("/", 1)[1]) / "instruction.md").read_text() == a.prompt
+    assert folder == str(catalog.folder(folder.rsplit("/", 1)[1]))
+    assert (catalog.folder(folder.rsplit("/", 1)[1]) / "instruction.md").read_text() == a.prompt
     assert a.messages[-1].content == a.prompt and set(a.tools) == {"run", "read", "write", "edit", "submit"}

@@ -152,7 +152,7 @@ def check_shipped(args: argparse.Namespace) -> int:
     when any does not (each listed with why), 2 for bad arguments or a sandbox that cannot start."""
     import random
 
-    from tempering.tasks.terminal import catalog, domain
+    from tempering.tasks.terminal import catalog
 
     names = catalog.names()
     if args.tasks:
@@ -173,7 +173,7 @@ def check_shipped(args: argparse.Namespace) -> int:
     bad = 0
     try:
         for name in names:
-            (result,) = scan([domain.folder(name)], tc, sandbox, oracle=True, noop=True)
+            (result,) = scan([catalog.folder(name)], tc, sandbox, oracle=True, noop=True)
             ok = result.runnable and result.oracle == 1.0 and result.noop == 0.0
             bad += not ok
             if args.json:

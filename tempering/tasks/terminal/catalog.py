@@ -4,23 +4,25 @@
     terminal.names()                      # every task name, hand-written first
     terminal.get("fix-median-even")       # TaskInfo: difficulty, category, tags, needs, origin
     terminal.materialize(name, "/tmp/x")  # -> Path("/tmp/x/<name>"), a complete Harbor folder
+    terminal.folder(name)                 # the task's folder where it lives (data or cache)
 
-Hand-written tasks are stored as real folders in `tasks/<name>/`; generated ones are built on
-demand from a shipped library copy plus one line of `mutations.jsonl` (see generated.py).
+Hand-written tasks are real folders in the data folder's `tasks/<name>/` (`data`); generated
+ones are one line of its `mutations.jsonl` each, built from an upstream library fetched into the
+cache at set-up (see generated.py). Until that is done (offline with a cold cache, say), the
+generated tasks are left out of the catalog, and one line on stderr says so and how to build them.
 """
 
 from __future__ import annotations
 
 import functools
 import shutil
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tempering.tasks.terminal import generated, templates
+from tempering.tasks.terminal import data, generated, templates, upstream
 
-HERE = Path(__file__).resolve().parent
-HAND_WRITTEN_DIR = HERE / "tasks"
 HAND_WRITTEN = "hand-written"
 GENERATED = "generated"
 
@@ -69,12 +71,16 @@ def _info_from_toml(name: str, kind: str, toml: dict, instruction: str) -> TaskI
 @functools.cache
 def _catalog() -> dict[str, TaskInfo]:
     out: dict[str, TaskInfo] = {}
-    if HAND_WRITTEN_DIR.is_dir():
-        for d in sorted(HAND_WRITTEN_DIR.iterdir()):
-            if (d / "task.toml").is_file():
-                toml = tomllib.loads((d / "task.toml").read_text(encoding="utf-8"))
-                out[d.name] = _info_from_toml(d.name, HAND_WRITTEN, toml,
-                                              (d / "instruction.md").read_text(encoding="utf-8"))
+    for d in sorted(data.hand_written_dir().iterdir()):
+        if (d / "task.toml").is_file():
+            toml = tomllib.loads((d / "task.toml").read_text(encoding="utf-8"))
+            out[d.name] = _info_from_toml(d.name, HAND_WRITTEN, toml,
+                                          (d / "instruction.md").read_text(encoding="utf-8"))
+    if not generated.built():
+        print(f"[tempering] terminal: the {len(generated.records())} generated tasks are left out: their upstream "
+              f"libraries are not in the cache ({upstream.root()}); build them with scripts/setup.sh or "
+              "`python -m tempering.tasks.terminal build` (PyPI is needed once)", file=sys.stderr, flush=True)
+        return out
     for name, r in generated.records().items():
         toml = tomllib.loads(generated.task_toml(r))
         out[name] = _info_from_toml(name, GENERATED, toml, f"Fix the bug in {r['library']} {r['version']}")
@@ -109,16 +115,22 @@ def materialize(name: str, dest_dir: str | Path, *, overwrite: bool = False) -> 
         shutil.rmtree(dest)
     Path(dest_dir).mkdir(parents=True, exist_ok=True)
     if info.kind == HAND_WRITTEN:
-        shutil.copytree(HAND_WRITTEN_DIR / name, dest,
+        shutil.copytree(data.hand_written_dir() / name, dest,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     else:
         generated.materialize(name, dest)
     return dest
 
 
+def folder(name: str) -> Path:
+    """Task `name`'s Harbor folder where it lives: the data folder's for a hand-written task,
+    the cache's for a generated one (materialised there on first use). Read it, never edit it."""
+    return data.hand_written_dir() / name if get(name).kind == HAND_WRITTEN else generated.folder(name)
+
+
 def libraries() -> list[dict]:
-    """The shipped library copies: name, version, licence, licence file, sdist and its sha256,
-    and how many generated tasks each has."""
+    """The upstream libraries in the cache: name, version, licence (as the package records it),
+    licence file, sdist and its sha256, and how many generated tasks each has."""
     counts: dict[str, int] = {}
     for r in generated.records().values():
         counts[r["library"]] = counts.get(r["library"], 0) + 1

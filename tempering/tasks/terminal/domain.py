@@ -4,9 +4,9 @@ An episode is an agent in a sandbox session at the task's WORKDIR (/app) with th
 `write`, `edit` and `submit` tools; the instruction is its prompt (a user message for chat
 models); the task's hidden tests, run on the final workspace in a fresh sandbox, give the
 reward (`harbor_tests`). Tasks are drawn at random (with replacement) from those the sandbox's
-toolchain can run; the others are skipped, and the reasons printed once per process. Folders are
-materialised once per machine and version of the shipped data, under the system's temporary
-directory, so every process sees the same paths (task identity includes the folder). The
+toolchain can run; the others are skipped, and the reasons printed once per process. A task's
+folder is where it lives (`catalog.folder`: the data folder, or the cache for a generated one),
+so every process sees the same path (task identity includes the folder). The
 toolchain is looked up as `sandbox.toolchain = "auto"` finds it (a domain is not handed the
 sandbox section); a run whose `sandbox.toolchain` names another folder uses that one for the
 episodes themselves.
@@ -15,13 +15,8 @@ episodes themselves.
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import random
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 from tempering.records import Budget, Environment, Message, Task, Trajectory
 from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
@@ -31,37 +26,6 @@ from tempering.tasks.terminal import catalog
 TOOLS = ("run", "read", "write", "edit", "submit")
 SYSTEM = ("You are working in a Linux terminal. Use the tools to inspect and change files and run "
           "commands in the workspace; call submit when the task is done.")
-
-
-@functools.cache
-def _root() -> Path:
-    """Where this version of the shipped tasks (their data and the code that builds them) is
-    materialised on this machine."""
-    h = hashlib.sha256()
-    for path in sorted(catalog.HERE.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            h.update(str(path.relative_to(catalog.HERE)).encode() + b"\0" + path.read_bytes())
-    return Path(tempfile.gettempdir()) / f"tempering-terminal-{h.hexdigest()[:16]}"
-
-
-def folder(name: str) -> Path:
-    """Task `name` as a Harbor folder, materialised on first use (atomically: concurrent
-    processes may race to it)."""
-    dest = _root() / name
-    if not dest.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_ensure(_root())))
-        catalog.materialize(name, staging)
-        try:
-            os.rename(staging / name, dest)
-        except OSError:  # another process got there first; its copy is the same
-            pass
-        shutil.rmtree(staging, ignore_errors=True)
-    return dest
-
-
-def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @functools.cache
@@ -87,7 +51,7 @@ def _make(rng: random.Random) -> Task:
         raise RuntimeError("terminal: no shipped task can run here (see the skip reasons above)")
     name = rng.choice(names)
     info = catalog.get(name)
-    path = folder(name)
+    path = catalog.folder(name)
     instruction = (path / "instruction.md").read_text(encoding="utf-8")
     return Task(id="", domain="terminal", prompt=instruction, answer="",
                 messages=(Message("system", SYSTEM), Message("user", instruction)), tools=TOOLS,

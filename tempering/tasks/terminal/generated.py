@@ -1,49 +1,64 @@
-"""Generated bug-fix tasks: one mutation of a shipped library copy, materialised as a Harbor folder.
+"""Generated bug-fix tasks: one mutation of an upstream library, materialised as a Harbor folder.
 
-The repository ships each library once (`libraries/<name>/`: `app/` the trimmed source that
-becomes the workspace, `tests/` its test files, its licence, `library.json`) and one line per task
-in `mutations.jsonl` (written by scripts/generate_mutation_tasks.py). `materialize(name, dest)`
-writes the task: the workspace with the one mutated line, the hidden tests (the library's test
-files the mutation breaks, a verifier conftest that imports the library from /app, test.sh), the
-oracle (solve.sh restores the line) and an instruction naming the failing tests and their messages.
+The repository holds one line per task in the data folder's `mutations.jsonl` (written by
+scripts/generate_mutation_tasks.py: library, file, line, the mutation, the failing tests); the
+libraries themselves are fetched from PyPI into the cache at set-up (`upstream`: `app/` the
+trimmed source that becomes the workspace, `tests/` its test files, its licence, `library.json`).
+`materialize(name, dest)` writes the task: the workspace with the one mutated line, the hidden
+tests (the library's test files the mutation breaks, a verifier conftest that imports the library
+from /app, test.sh), the oracle (solve.sh restores the line) and an instruction naming the failing
+tests and their messages. `build` makes every library and task folder ready in the cache.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
-from tempering.tasks.terminal import templates
+from tempering.tasks.terminal import data, templates, upstream
 from tempering.tasks.terminal.mutate import Mutation, apply
 
 HERE = Path(__file__).resolve().parent
-LIBRARIES_DIR = HERE / "libraries"
-MUTATIONS_FILE = HERE / "mutations.jsonl"
 
 
 @functools.cache
 def records() -> dict[str, dict]:
-    """Task name -> its mutation record, in file order."""
-    if not MUTATIONS_FILE.exists():
-        return {}
+    """Task name -> its mutation record, in file order. A record whose library or version is
+    not the lock's is an error naming both (the two files are written together)."""
+    path = data.mutations_file()
+    pins = upstream.pins()
     out = {}
-    for line in MUTATIONS_FILE.read_text(encoding="utf-8").splitlines():
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             r = json.loads(line)
+            pin = pins.get(r["library"])
+            if pin is None or pin.version != r["version"]:
+                raise upstream.UpstreamError(f"{path}:{i}: {r['library']} {r['version']} is not pinned in "
+                                             f"{data.lock_file()} ({pin.version if pin else 'absent'} there)")
             out[r["id"]] = r
     return out
 
 
+def library_dir(name: str) -> Path:
+    return upstream.library_dir(upstream.pins()[name])
+
+
 @functools.cache
 def library(name: str) -> dict:
-    meta = json.loads((LIBRARIES_DIR / name / "library.json").read_text(encoding="utf-8"))
-    if "source_lines" not in meta:
-        meta["source_lines"] = sum(len(p.read_bytes().splitlines())
-                                   for p in (LIBRARIES_DIR / name / "app").rglob("*.py"))
-    return meta
+    """The unpacked library's metadata (its licence as recorded from the package)."""
+    return upstream.meta(upstream.pins()[name])
+
+
+def built() -> bool:
+    """Every library of the lock is unpacked in the cache."""
+    return all(upstream.built(pin) for pin in upstream.pins().values())
 
 
 def trim_test_module(source: str, keep_classes: set[str]) -> str:
@@ -109,7 +124,7 @@ def difficulty(r: dict) -> str:
 
 def origin(r: dict) -> dict:
     """What task.toml's [metadata.origin] records (and the catalog shows)."""
-    return {"library": r["library"], "version": r["version"], "license": r["license"],
+    return {"library": r["library"], "version": r["version"], "license": library(r["library"])["license"],
             "file": r["file"], "line": r["line"], "operator": r["operator"],
             "mutation": r["description"], "failing_tests": [f["test"] for f in r["failing"]],
             "n_failing": r["n_failing"]}
@@ -137,7 +152,7 @@ def instruction(r: dict) -> str:
         f"# Fix the bug in {r['library']} {r['version']}",
         "",
         f"The directory `/app` holds the source code of the Python library `{r['library']}` "
-        f"{r['version']} ({r['license']} licence, text in `/app/{lib['license_file']}`). A bug has "
+        f"{r['version']} ({lib['license']} licence, text in `/app/{lib['license_file']}`). A bug has "
         "been introduced into it: one small change somewhere in the library's code. The library's "
         f"own test suite, which is not in `/app`, now finds it: {head}{more}.",
         "",
@@ -184,7 +199,7 @@ def task_toml(r: dict) -> str:
 def materialize(name: str, dest: Path) -> Path:
     """Write the generated task `name` as a Harbor folder at `dest` (which must not exist)."""
     r = records()[name]
-    lib_dir = LIBRARIES_DIR / r["library"]
+    lib_dir = library_dir(r["library"])
     lib = library(r["library"])
     dest = Path(dest)
     dest.mkdir(parents=True)
@@ -218,3 +233,49 @@ def materialize(name: str, dest: Path) -> Path:
     (dest / "instruction.md").write_text(instruction(r))
     (dest / "task.toml").write_text(task_toml(r))
     return dest
+
+
+def tasks_dir() -> Path:
+    """Where this version of the generated tasks is materialised in the cache: named by a hash
+    of what makes them (the lock, the mutations, this package's code), so a change makes anew."""
+    h = hashlib.sha256()
+    for path in (data.lock_file(), data.mutations_file(), HERE / "generated.py", HERE / "templates.py",
+                 HERE / "mutate.py"):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return upstream.root() / f"tasks-{h.hexdigest()[:16]}"
+
+
+def folder(name: str) -> Path:
+    """The generated task `name` as a Harbor folder in the cache, materialised on first use
+    (atomically: concurrent processes may race to it)."""
+    dest = tasks_dir() / name
+    if not dest.is_dir():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=dest.parent))
+        try:
+            materialize(name, staging / name)
+            os.rename(staging / name, dest)
+        except OSError:
+            if not dest.is_dir():  # not another process's finished copy (the same): a real failure
+                raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def build(log: Callable[[str], None] = print) -> str:
+    """Every library fetched, verified and unpacked, and every generated task materialised, in
+    the cache; returns what was done, in one line. Raises upstream.Offline for a cold library
+    that cannot be downloaded, UpstreamError for one that does not match its lock."""
+    pins = upstream.pins()
+    fetched = [pin.name for pin in pins.values() if not upstream.built(pin)]
+    for pin in pins.values():
+        upstream.ensure(pin, log)
+    names = list(records())
+    for name in names:
+        folder(name)
+    for old in upstream.root().glob("tasks-*"):  # earlier versions' folders
+        if old != tasks_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    return (f"terminal tasks: {len(pins)} libraries ({', '.join(fetched) + ' fetched' if fetched else 'all cached'}), "
+            f"{len(names)} generated tasks in {tasks_dir()}")

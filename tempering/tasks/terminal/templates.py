@@ -1,10 +1,10 @@
 """The files every Tempering terminal task shares: the verifier script, its pytest settings, the
 conftest that imports the workspace's code explicitly, task.toml and the Dockerfile.
 
-The hand-written tasks under `tasks/` carry literal copies of what these functions write; the
-generated bug-fix tasks are built from them at materialisation, and so is the generator's own
-evaluation of each mutant (scripts/generate_mutation_tasks.py), with the workspace at a temporary
-path instead of /app.
+The hand-written tasks (data/terminal/tasks/) carry literal copies of what these functions
+write; the generated bug-fix tasks are built from them at materialisation, and so is the
+generator's own evaluation of each mutant (scripts/generate_mutation_tasks.py), with the
+workspace at a temporary path instead of /app.
 
 The verifier (tests/test.sh) resists the usual reward hacks: the tests run from /tests (pristine,
 read-only) with their own pytest.ini, no cache provider and no bytecode written; the workspace is
