@@ -87,6 +87,10 @@ class TaskPool:
         return any(d.sandbox for d in self.domains.values())
 
     @property
+    def needs_toolchain(self) -> bool:
+        return any(d.sandbox and d.toolchain for d in self.domains.values())
+
+    @property
     def levels(self) -> dict[str, int]:
         return {name: d.levels for name, d in self.domains.items()}
 

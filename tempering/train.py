@@ -246,9 +246,13 @@ def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
 
 def rollout_spec(run: Run) -> RolloutSpec:
     cfg = run.cfg
+    sandbox = cfg.sandbox
+    if run.scheduler.pool.needs_sandbox and not run.scheduler.pool.needs_toolchain and sandbox.toolchain:
+        print("[tempering] sandbox: no domain of the mix uses the toolchain; it runs without one", flush=True)
+        sandbox = dataclasses.replace(sandbox, toolchain="")
     return RolloutSpec(
         arch=run.model.arch, run_dir=str(run.dir), tokenizer_dir=str(run.dir / "tokenizer"), engine=cfg.engine,
-        sandbox=cfg.sandbox, scheduler=cfg.scheduler, plugins=cfg.tasks.plugins,
+        sandbox=sandbox, scheduler=cfg.scheduler, plugins=cfg.tasks.plugins,
         needs_sandbox=run.scheduler.pool.needs_sandbox, rollout=cfg.rollout, reward=cfg.reward,
         eval_max_tokens=cfg.eval.max_tokens, seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.time())

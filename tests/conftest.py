@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 import urllib.request
@@ -42,11 +43,16 @@ def short_run(tmp_path_factory) -> ShortRun:
     """3 steps of the demo's mix, an evaluation at step 2, a checkpoint every 2 steps, and the
     Prometheus endpoint on a free port, scraped every 50 ms while the run lives. The code domain's
     programs run in the sandbox: 300 SFT steps make most of them end (at 40, a run could pass as
-    few as two programs to the sandbox)."""
+    few as two programs to the sandbox). Its cache holds a toolchain the sandbox's user cannot
+    read (under pytest's private temporary folder): the mix needs none, so the run must not care."""
     root = tmp_path_factory.mktemp("short_run")
+    (root / "cache" / "toolchain").mkdir(parents=True)
+    (root / "cache" / "toolchain" / "manifest.json").write_text(
+        '{"python": "3.11", "python_packages": {}, "apt_packages": [], "commands": []}')
+    env = {**os.environ, "TEMPERING_CACHE": str(root / "cache")}
     proc = subprocess.Popen(train_command(root, "--run.name=e2e", "--run.steps=3", "--run.checkpoint_every=2",
                                           "--eval.every=2", "--sft.steps=300", "--metrics.prometheus_port=0"),
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     run, scrapes, deadline = root / "e2e", [], time.monotonic() + 300
     try:
         while proc.poll() is None and time.monotonic() < deadline:

@@ -53,4 +53,4 @@ def program_output(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verd
 
 
 DOMAIN = Domain("code", "a Python program printing the digit sum of a number", program_output, make=_make,
-                alphabet="0123456789+:py digtsumrn()", sandbox=True)
+                alphabet="0123456789+:py digtsumrn()", sandbox=True, toolchain=False)

@@ -60,6 +60,9 @@ class Domain:
     tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent.tools.Tool, beyond the common ones
     open_host: Callable[[Task], Any] | None = None  # the per-episode object its tools act on
     sandbox: bool = False  # its episodes or its verifier run code: a run starts the sandbox for it
+    # its sessions use the sandbox toolchain (pytest, installer shims): a mix with no such domain
+    # runs its sandbox without one, so a missing or unreadable toolchain cannot stop it
+    toolchain: bool = True
     heavy: bool = False  # its verifier runs in a process a deadline can kill
     alphabet: str = ""
     levels: int = 1  # difficulty levels of a generator (the scheduler's curriculum moves through them)
