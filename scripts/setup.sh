@@ -24,6 +24,13 @@ PYTHON=${PYTHON:-python3}
 # picks PyTorch's CPU wheels.
 .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[test,ray]"  # ray: the Ray runtime's tests run in CI too
+# The Debian packages the sandbox offers task folders (tempering/sandbox/toolchain/debian.py).
+tc_apt=$(.venv/bin/python -m tempering.sandbox.toolchain.debian)
+if [ -n "$tc_apt" ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $tc_apt; } \
+    || echo "setup: could not install $tc_apt; Harbor tasks that need them will be skipped" >&2
+fi
 # Built into the cache, outside the checkout (TEMPERING_CACHE; /var/cache/tempering for root,
 # ~/.cache/tempering otherwise), where the sandbox's unprivileged user can read it.
 # The sandbox's read-only toolchain (pytest and installer shims for task folders). Offline, an

@@ -11,9 +11,10 @@ import subprocess
 import pytest
 
 from sandbox_helpers import needs_bwrap
-from tempering.sandbox import SessionSpec, Workspace
+from tempering.sandbox import SessionSpec, Workspace, layers
 from tempering.sandbox.toolchain import MANIFEST, Toolchain, ToolchainError, default_dir, locate
 from tempering.sandbox.toolchain import build as toolchain_build
+from tempering.sandbox.toolchain import shims
 
 built = pytest.mark.skipif(not (default_dir() / MANIFEST).is_file(),
                            reason="no toolchain built (scripts/setup.sh builds .toolchain)")
@@ -85,6 +86,7 @@ def test_a_built_toolchain_rebuilds_without_the_network(tmp_path):
     assert "pytest" in tc.python_packages and "pytest" in tc.commands and "bash" in tc.apt_packages
     assert tc.missing(python=["pytest", "no-such-package"], commands=["git", "no-such-command"]) == [
         "python package no-such-package", "command no-such-command"]
+    assert "tempering.sandbox" not in (dest / "lib" / "sitecustomize.py").read_text()  # our start-up file, standalone
 
 
 @built
@@ -100,3 +102,56 @@ def test_sessions_see_the_toolchain(sandbox):
         r = s.run(("bash", "-c", script), time_limit_s=60)
     assert r.exit_code == 100 and "Unable to locate package no-such-package" in r.stderr, r
     assert "Python 3" in r.stdout and r.stdout.count("1 passed") == 2 and "\n1\n" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("spec, version, met", [
+    ("numpy==2.3.0", "2.3.0", True), ("numpy==2.3.0", "2.1.2", False), ("numpy==2.3", "2.3.0", True),
+    ("numpy", "0.1", True), ("numpy", None, False), ("numpy>=2,<3", "2.9.1", True), ("numpy>=2,<3", "3.0", False),
+    ("pkg~=3.3.0", "3.3.5", True), ("pkg~=3.3.0", "3.4.0", False), ("pkg~=3.3", "3.9", True),
+    ("pkg==3.*", "3.3.5", True), ("pkg!=3.3.5", "3.3.5", False), ("pkg>=1.0", "1.0rc1", False),
+    ("pkg<1.0", "1.0.dev2", True), ("pkg>1.0", "1.0.post1", True),
+    ("Pkg[extra] == 1.0 ; python_version > '3'", "1.0", True),
+])
+def test_pins_are_compared_with_the_version_installed(spec, version, met):
+    assert shims.satisfies(spec, version) is met
+
+
+def test_shims_refuse_a_pin_the_installed_version_does_not_meet(fake_root):
+    r = shim(fake_root, "pip", "install", "pytest==8.4.2")
+    assert r.returncode == 1 and "pytest==8.4.2 (8.4.1 is installed)" in r.stderr, r.stderr
+    assert shim(fake_root, "uvx", "-w", "pytest>=8,<9", "pytest").returncode == 0
+
+
+def test_debian_packages_are_judged_by_the_fixed_list_not_the_machine(fake_root):
+    """`bash` is offered (the manifest's fixed list); headers, editors and the like need no
+    offer; a package this machine happens to have installed (bubblewrap) is still refused."""
+    assert shim(fake_root, "apt-get", "install", "-y", "bash", "nano", "libhdf5-dev", "pkg-config").returncode == 0
+    r = shim(fake_root, "apt-get", "install", "-y", "bubblewrap")
+    assert r.returncode == 100 and "Unable to locate package bubblewrap" in r.stderr
+    tc = Toolchain.load(fake_root)
+    assert tc.missing(apt=["bash", "vim", "libssl-dev", "bubblewrap", "bubblewrap"]) == ["Debian package bubblewrap"]
+    assert tc.satisfies("pytest>=8") and not tc.satisfies("pytest==9.0") and not tc.satisfies("./local")
+
+
+def test_layers_are_planned_from_what_the_toolchain_lacks(fake_root):
+    tc = Toolchain.load(fake_root)
+    assert layers.plan(["pytest==8.4.1", "pytest_json_ctrf"], tc) is None  # met by the toolchain
+    a = layers.plan(["numpy==2.1.2", "Pytest==8.4.2", "numpy==2.3.0", "."], tc)
+    assert a.requirements == ("numpy==2.3.0", "pytest==8.4.2") and a.python == "3.11"  # the later pin wins
+    assert layers.plan(["pytest==8.4.2", "numpy == 2.3.0"], tc).name == a.name  # the same set: the same layer
+    other = Toolchain(tc.root, "3.12", tc.python_packages)
+    assert layers.plan(["numpy==2.3.0", "pytest==8.4.2"], other).name != a.name  # another Python: another layer
+
+
+@built
+@needs_bwrap
+def test_pytest_runs_multiprocessing_spawn_children(sandbox):
+    """The toolchain's pytest entry point runs pytest only as __main__: a spawned child imports it
+    again (as __mp_main__) and must get the import path, not a second pytest run."""
+    tests = Workspace.from_files({"test_spawn.py": b"import multiprocessing as mp\n\n\ndef square(x):\n"
+                                  b"    return x * x\n\n\ndef test_pool():\n"
+                                  b"    with mp.get_context('spawn').Pool(2) as pool:\n"
+                                  b"        assert pool.map(square, range(4)) == [0, 1, 4, 9]\n"})
+    with sandbox.open_session(SessionSpec(workdir="/app", workspace=tests)) as s:
+        r = s.run(("pytest", "-q", "-p", "no:cacheprovider", "test_spawn.py"), time_limit_s=60, memory_mb=512)
+    assert r.ok and "1 passed" in r.stdout and r.stdout.count("passed") == 1, r.stdout + r.stderr

@@ -4,14 +4,16 @@
 
 DEST (default: `toolchain/` in the cache, `tempering.cache`, made public) gets: lib/
 (requirements.txt installed with pip --target for the guest interpreter's Python version,
-wheels only), bin/ (pytest, python, python3, and the installer shims: apt-get, apt, pip,
-pip3, uv, uvx), home/.local/bin/env (the file a uv installer would leave, empty), and
-manifest.json: the Python packages the guest
-interpreter sees with lib/ first, the Debian packages installed on this machine (the sandbox
-binds its /usr) and the commands on the sandbox's PATH. Idempotent: pip runs only when the
-requirements changed, so a built toolchain is rebuilt offline (shims and manifest refreshed);
-without the network and without an earlier build it fails, naming why. The new folder is
-built beside DEST and renamed over it, so a sandbox never sees half a toolchain.
+wheels only, and a sitecustomize.py that reads the .pth files of the toolchain's and the
+package layer's lib/), bin/ (pytest, python, python3, and the installer shims: apt-get, apt,
+pip, pip3, uv, uvx), home/.local/bin/env (the file a uv installer would leave, empty), and
+manifest.json: the Python packages the guest interpreter sees with lib/ first, the Debian
+packages of debian.py this machine has (the sandbox binds its /usr; one that it lacks is
+named on stderr: scripts/setup.sh installs them) and the commands on the sandbox's PATH.
+Idempotent: pip runs only when the requirements changed, so a built toolchain is rebuilt
+offline (shims and manifest refreshed); without the network and without an earlier build it
+fails, naming why. The new folder is built beside DEST and renamed over it, so a sandbox
+never sees half a toolchain.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import sys
 from pathlib import Path
 
 from tempering import cache
-from tempering.sandbox.toolchain import MANIFEST, PATH_DIRS, default_dir
+from tempering.sandbox.layers import pip_install
+from tempering.sandbox.toolchain import MANIFEST, PATH_DIRS, debian, default_dir, make_public
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "requirements.txt"
@@ -87,8 +90,12 @@ def _fill(new: Path, dest: Path, want: str, version: str, guest_python: str) -> 
         shutil.copytree(dest / "lib", new / "lib", symlinks=True)
         did = "up to date"
     else:
-        _pip_install(new / "lib", version)
+        try:
+            pip_install(new / "lib", version, ["-r", str(REQUIREMENTS)])
+        except OSError as e:
+            raise OSError(f"{REQUIREMENTS} (offline, with no earlier build?): {e}") from None
         did = "installed " + ", ".join(_requirements())
+    shutil.copyfile(HERE / "startup.py", new / "lib" / "sitecustomize.py")
     _write_bin(new)
     home = new / "home" / ".local" / "bin"
     home.mkdir(parents=True)
@@ -97,24 +104,13 @@ def _fill(new: Path, dest: Path, want: str, version: str, guest_python: str) -> 
                 "python_packages": _python_packages(guest_python, new / "lib"),
                 "apt_packages": _apt_packages(), "commands": _commands(new / "bin")}
     (new / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    _make_public(new)
+    make_public(new)
     return f"{did}; {len(manifest['python_packages'])} Python packages, " \
            f"{len(manifest['apt_packages'])} Debian packages, {len(manifest['commands'])} commands"
 
 
 def _requirements() -> list[str]:
     return [line.split("#")[0].strip() for line in REQUIREMENTS.read_text().splitlines() if line.split("#")[0].strip()]
-
-
-def _pip_install(target: Path, version: str) -> None:
-    """Wheels only, for the guest's Python version (the venv's pip may run another patch release)."""
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(target),
-           "--python-version", version, "--implementation", "cp", "--only-binary=:all:", "-r", str(REQUIREMENTS)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-        raise OSError(f"pip could not install {REQUIREMENTS} (offline, with no earlier build?): {' | '.join(tail)}")
-    shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts for the venv's interpreter: ours are in bin/
 
 
 def _write_bin(root: Path) -> None:
@@ -138,18 +134,29 @@ def _python_packages(guest_python: str, lib: Path) -> dict[str, str]:
 
 
 def _apt_packages() -> list[str]:
-    """Debian packages installed here ("" -> none known): dpkg's status file, no dpkg run."""
+    """The Debian packages of debian.py installed here: those the sandbox offers, whatever else
+    the machine has (its list changes as the machine does). Those missing are named on stderr."""
+    installed = installed_debian()
+    lacking = debian.missing(installed)
+    if lacking:
+        print(f"tempering toolchain: {len(lacking)} Debian packages of debian.py are not installed, and tasks "
+              f"that need them are skipped: {' '.join(lacking)} (scripts/setup.sh installs them)", file=sys.stderr)
+    return sorted(p for p in debian.PACKAGES if p in installed)
+
+
+def installed_debian() -> set[str]:
+    """Debian packages installed here: dpkg's status file, no dpkg run."""
     names, name = set(), None
     try:
         text = Path("/var/lib/dpkg/status").read_text(errors="replace")
     except OSError:
-        return []
+        return set()
     for line in text.splitlines():
         if line.startswith("Package: "):
             name = line.split(":", 1)[1].strip()
         elif line.startswith("Status: ") and line.split()[-1] == "installed" and name:
             names.add(name)
-    return sorted(names)
+    return names
 
 
 def _commands(bin_: Path) -> list[str]:
@@ -158,16 +165,6 @@ def _commands(bin_: Path) -> list[str]:
         if os.path.isdir(d):
             names.update(n for n in os.listdir(d) if os.access(os.path.join(d, n), os.X_OK))
     return sorted(names)
-
-
-def _make_public(root: Path) -> None:
-    """The sandbox runs as an unprivileged host uid: everything must be world-readable."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chmod(dirpath, 0o755)
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | 0o444)
 
 
 def _read_manifest(dest: Path) -> dict:

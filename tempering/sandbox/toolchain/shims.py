@@ -2,11 +2,14 @@
 """Offline stand-ins for the installers Harbor / Terminal-Bench test scripts call, run inside
 the sandbox (standard library only). The toolchain's bin/ links apt-get, apt, pip, pip3, uv
 and uvx here; the name it was called by picks the shim. They install nothing: what a script
-asks for is either in the toolchain already (its manifest.json lists the Python packages the
-sandbox's python3 sees and the Debian packages of the machine), and the shim succeeds, or it
-is not, and the shim fails the way the real tool would when offline, naming what is missing.
-`uvx` and `uv run` drop their package options (-p, -w, --with, ...) once those are present
-and run the command itself (pytest: the toolchain's). Nothing here reaches the network.
+asks for is either there already (the toolchain's manifest.json and the session's package
+layer's, at /opt/layer, list the Python packages the sandbox's python3 sees, with versions,
+which a pin must match; the toolchain's lists the Debian packages it offers), and the shim
+succeeds, or it is not, and the shim fails the way the real tool would when offline, naming
+what is missing. `uvx` and `uv run` drop their package options (-p, -w, --with, ...) once
+those are present and run the command itself (pytest: the toolchain's). The host imports the
+rules from here too (`satisfies`, `requirement_name`, `needless_apt`), so both sides judge a
+need alike. Nothing here reaches the network.
 """
 
 from __future__ import annotations
@@ -17,13 +20,34 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.realpath(__file__))  # the toolchain folder: bin/ links up here
-_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;#]*)")
+LAYER = "/opt/layer"  # request.LAYER_MOUNT: the session's package layer, when it has one
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*([^;#]*)(;.*)?")
+_SPECIFIER = re.compile(r"\s*(===|==|!=|~=|>=|<=|>|<)\s*([^\s,]+)\s*")
+_VERSION = re.compile(r"v?(?:\d+!)?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
+                      r"(?:[-_.]?(?:post|rev|r)[-_.]?(\d*)|-(\d+))?(?:[-_.]?dev[-_.]?(\d*))?(?:\+.*)?", re.I)
+_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+# Debian packages a task may name without the sandbox offering them: headers, docs and debug
+# symbols (only building needs them; wheels and the toolchain are built), editors, pagers,
+# terminal recorders and multiplexers (for a person at a terminal), and downloaders, the uv
+# installer's and Python's own (the sandbox has no network; its python3 and pip are ours).
+_NEEDLESS_SUFFIXES = ("-dev", "-doc", "-dbg", "-dbgsym")
+_NEEDLESS = {"nano", "vim", "vim-tiny", "vim-nox", "neovim", "emacs", "emacs-nox", "less", "most", "tmux", "screen",
+             "asciinema", "ca-certificates", "gnupg", "software-properties-common", "apt-utils", "apt-transport-https",
+             "pkg-config", "pkgconf", "python3", "python3-pip", "python3-venv", "python-is-python3", "man-db"}
 # Options of pip install / uvx / uv that take a value (the value is skipped with them).
-_PIP_VALUED = {"-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-f", "--find-links",
-               "--target", "-t", "--prefix", "--root", "--python-version", "--platform", "--cache-dir",
-               "--trusted-host", "--progress-bar", "--python", "--implementation", "--abi"}
-_UV_VALUED = {"-p", "--python", "--from", "--index-url", "--extra-index-url", "--index", "--default-index",
-              "--cache-dir", "--directory", "--project", "--python-preference", "--color"}
+PIP_VALUED = {"-i", "--index-url", "--extra-index-url", "-c", "--constraint", "-f", "--find-links",
+              "--target", "-t", "--prefix", "--root", "--python-version", "--platform", "--cache-dir",
+              "--trusted-host", "--progress-bar", "--python", "--implementation", "--abi", "--src", "--log",
+              "--upgrade-strategy", "--root-user-action", "--report", "--global-option", "--config-settings",
+              "-C", "--index-strategy", "--resolution", "--prerelease", "--exclude-newer", "--python-platform",
+              "--keyring-provider", "--link-mode", "--reinstall-package", "--upgrade-package", "--refresh-package",
+              "--overrides", "--build-constraint", "--extra", "--group", "--config-file"}
+UV_VALUED = {"-p", "--python", "--from", "--index-url", "--extra-index-url", "--index", "--default-index",
+             "--cache-dir", "--directory", "--project", "--python-preference", "--color", "--index-strategy",
+             "--resolution", "--prerelease", "--exclude-newer", "--python-platform", "--keyring-provider",
+             "--link-mode", "--reinstall-package", "--upgrade-package", "--refresh-package", "--config-file",
+             "--constraint", "-c", "--overrides", "--build-constraint", "--env-file", "--extra", "--group",
+             "--only-group", "--no-group", "--package", "--find-links", "-f", "--config-setting", "-C"}
 
 
 def normalize(name: str) -> str:
@@ -36,24 +60,95 @@ def manifest() -> dict:
         return json.load(f)
 
 
+def python_packages() -> dict[str, str]:
+    """What the sandbox's python3 sees, normalised name -> version: the layer's first."""
+    found = {}
+    for path in (os.path.join(ROOT, "manifest.json"), os.path.join(LAYER, "manifest.json")):
+        try:
+            with open(path) as f:
+                found.update({normalize(k): v for k, v in json.load(f)["python_packages"].items()})
+        except OSError:
+            continue  # no layer in this session
+    return found
+
+
 def requirement_name(spec: str) -> str | None:
     """The package a requirement names ("numpy>=1.2" -> "numpy"); None for a path or URL."""
-    if spec.startswith((".", "/", "-")) or "://" in spec or spec.endswith((".whl", ".tar.gz", ".zip")):
+    spec = spec.strip()
+    if spec.startswith((".", "/", "-", "~")) or "://" in spec or spec.endswith((".whl", ".tar.gz", ".zip")):
         return None
-    m = _REQUIREMENT.fullmatch(spec.strip())
+    m = _REQUIREMENT.fullmatch(spec)
     return m.group(1) if m else None
 
 
+def satisfies(spec: str, version: str | None) -> bool:
+    """Whether an installed `version` (None: not installed) meets requirement `spec`'s version
+    specifiers (==, !=, <, <=, >, >=, ~=, ===, and == X.*). A version it cannot read meets
+    only a requirement without specifiers."""
+    m = _REQUIREMENT.fullmatch(spec.strip())
+    if version is None or m is None:
+        return False
+    for clause in filter(str.strip, m.group(3).split(",")):
+        c = _SPECIFIER.fullmatch(clause)
+        if c is None or not _meets(version, c.group(1), c.group(2)):
+            return False
+    return True
+
+
+def _meets(version: str, op: str, wanted: str) -> bool:
+    if op == "===":
+        return version == wanted
+    if wanted.endswith(".*") and op in ("==", "!="):
+        prefix = _release(wanted[:-2])
+        have = _key(version)
+        return have is not None and prefix is not None and (have[0][:len(prefix)] == prefix) == (op == "==")
+    have, want = _key(version), _key(wanted)
+    if have is None or want is None:
+        return False
+    if op == "~=":
+        release = _release(wanted)
+        stem = release[:-1] if release and len(release) > 1 else release
+        return have >= want and have[0][:len(stem)] == stem
+    return {"==": have == want, "!=": have != want, ">=": have >= want, "<=": have <= want, ">": have > want,
+            "<": have < want}[op]
+
+
+def _release(text: str) -> tuple[int, ...] | None:
+    m = _VERSION.fullmatch(text.strip())
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def _key(text: str) -> tuple | None:
+    """A PEP 440 version as a sortable key: release (zero-padded), pre, post, dev."""
+    m = _VERSION.fullmatch(text.strip())
+    if m is None:
+        return None
+    release = tuple(int(p) for p in m.group(1).split("."))
+    release += (0,) * (8 - len(release))
+    pre = (0, _PRE[m.group(2).lower()], int(m.group(3) or 0)) if m.group(2) else (1, 0, 0)
+    post = int(m.group(4) or m.group(5) or 0) if m.group(4) is not None or m.group(5) is not None else -1
+    dev = (0, int(m.group(6) or 0)) if m.group(6) is not None else (1, 0)
+    if m.group(6) is not None and not m.group(2) and post < 0:
+        pre = (-1, 0, 0)  # 1.0.dev1 comes before 1.0a1
+    return release, pre, post, dev
+
+
 def missing_python(specs: list[str]) -> list[str]:
-    present = {normalize(n) for n in manifest()["python_packages"]}
+    present = python_packages()
     out = []
     for spec in specs:
         name = requirement_name(spec)
         if name is None:
             out.append(f"{spec} (a local path or URL: nothing is built or fetched offline)")
-        elif normalize(name) not in present:
-            out.append(spec)
+        elif not satisfies(spec, present.get(normalize(name))):
+            here = present.get(normalize(name))
+            out.append(f"{spec} ({here} is installed)" if here else spec)
     return out
+
+
+def needless_apt(name: str) -> bool:
+    """A Debian package a task may ask for that the sandbox need not offer (see _NEEDLESS)."""
+    return name.endswith(_NEEDLESS_SUFFIXES) or name in _NEEDLESS
 
 
 def pip(args: list[str]) -> int:
@@ -61,7 +156,7 @@ def pip(args: list[str]) -> int:
         print("pip 0.0 (tempering offline toolchain)")
         return 0
     if args[0] in ("list", "freeze"):
-        for name, version in sorted(manifest()["python_packages"].items()):
+        for name, version in sorted(python_packages().items()):
             print(f"{name}=={version}" if args[0] == "freeze" else f"{name} {version}")
         return 0
     if args[0] != "install":
@@ -74,7 +169,7 @@ def pip(args: list[str]) -> int:
             specs += _read_requirements(rest.pop(0))
         elif arg in ("-e", "--editable"):
             specs.append(rest.pop(0) if rest else ".")
-        elif arg in _PIP_VALUED and rest:
+        elif arg in PIP_VALUED and rest:
             rest.pop(0)
         elif not arg.startswith("-"):
             specs.append(arg)
@@ -112,12 +207,12 @@ def apt_get(args: list[str]) -> int:
     if words[0] != "install":
         print(f"E: apt-get (offline toolchain): '{words[0]}' is not available", file=sys.stderr)
         return 100
-    installed = set(manifest()["apt_packages"])
+    offered = set(manifest()["apt_packages"])
     wanted = [w.split("=")[0].split(":")[0] for w in words[1:]]
-    lacking = [w for w in wanted if w not in installed]
+    lacking = [w for w in wanted if w not in offered and not needless_apt(w)]
     if lacking:
-        print(f"E: Unable to locate package {lacking[0]} (offline toolchain: not installed on this "
-              f"machine: {' '.join(lacking)})", file=sys.stderr)
+        print(f"E: Unable to locate package {lacking[0]} (offline toolchain: not among the Debian packages it "
+              f"offers: {' '.join(lacking)})", file=sys.stderr)
         return 100
     for w in wanted:
         print(f"{w} is already the newest version.")
@@ -132,7 +227,7 @@ def uvx(args: list[str]) -> int:
         name, eq, value = opt.partition("=")
         if name in ("-w", "--with", "--with-requirements", "--with-editable"):
             withs.append(value if eq else (rest.pop(0) if rest else ""))
-        elif name in _UV_VALUED and not eq and rest:
+        elif name in UV_VALUED and not eq and rest:
             rest.pop(0)
     if not rest:
         print("uvx (offline toolchain): no command given", file=sys.stderr)
