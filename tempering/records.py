@@ -100,6 +100,7 @@ class ExecResult:
     files: Mapping[str, bytes] = field(default_factory=dict)
     error: str = ""  # sandbox_error detail; for a session, also why its workspace was not kept
     archives: Mapping[str, bytes] = field(default_factory=dict)  # collected mounts: path -> tar archive
+    lingering: int = 0  # processes the command left running (a service it started), killed when it ended
 
     @property
     def ok(self) -> bool:

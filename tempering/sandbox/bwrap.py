@@ -11,7 +11,8 @@ and root, and the zygote as the program; `as_host_user` starts it as the unprivi
 uid. Per-job mounts are the guest's (`guest.job`). A sandbox that serves sessions (`late`)
 differs in three ways: its inits keep CAP_SYS_CHROOT too until the job arrives, its root has
 an empty NEWROOT on which they assemble a job's own root (`guest.rootfs`), and the toolchain,
-if any, is bound read-only at TOOLCHAIN_MOUNT.
+if any, is bound read-only at TOOLCHAIN_MOUNT, the folder of package layers at LAYERS (which
+no job's root shows: an init binds only its job's own layer, at request.LAYER_MOUNT).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tempering.sandbox import guest
 GUEST_ROOT = "/opt/tempering"  # the staged guest package appears here inside the sandbox
 TOOLCHAIN_MOUNT = "/opt/toolchain"  # where a session sees the toolchain (`toolchain`)
 NEWROOT = "/.newroot"  # guest.rootfs.NEWROOT
+LAYERS = "/.layers"  # guest.rootfs.LAYERS: every built layer, hidden from the jobs
 GUEST_UID = 1000  # the job's uid inside its user namespace (not root: exec grants no capabilities)
 PATH = "/usr/local/bin:/usr/bin:/bin"
 LOCALE = "C.UTF-8"  # the zygote's locale and the jobs' default one (job.BASE_ENV)
@@ -94,10 +96,12 @@ def as_host_user(run_as: tuple[int, int] | None) -> dict:
 
 
 def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str, ...],
-            disk_mb: int, disable_userns: bool, late: bool = False, toolchain: str | None = None) -> list[str]:
+            disk_mb: int, disable_userns: bool, late: bool = False, toolchain: str | None = None,
+            layers: str | None = None) -> list[str]:
     """The argv that starts one sandbox running the zygote; "{fd}" stands for the control fd.
     `late`: a sandbox for sessions (inits confined once their job has arrived), with
-    `toolchain` (a host directory) bound at TOOLCHAIN_MOUNT."""
+    `toolchain` (a host directory) bound at TOOLCHAIN_MOUNT and `layers` (the host folder of
+    package layers) at LAYERS."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(GUEST_UID), "--gid", str(GUEST_UID),
             "--hostname", "sandbox", "--new-session", "--clearenv", "--setenv", "PATH", PATH,
             "--setenv", "LANG", LOCALE,
@@ -120,6 +124,8 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
         argv += ["--ro-bind", path, path]
     if late and toolchain:
         argv += ["--ro-bind", toolchain, TOOLCHAIN_MOUNT]
+    if late and layers:
+        argv += ["--ro-bind", layers, LAYERS]
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
              "--dir", "/workspace", "--dir", "/tmp", *(["--dir", NEWROOT] if late else []), "--remount-ro", "/",
              guest_python, "-I", "-S", "-B", "-c", _ZYGOTE_MAIN, "{fd}", str(disk_mb), *(["late"] if late else [])]

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from tempering.config import SandboxConfig
 from tempering.records import ExecReason, ExecResult
-from tempering.sandbox import bwrap, cgroups, job
+from tempering.sandbox import bwrap, cgroups, job, layers
 from tempering.sandbox.pool import WarmPool
 from tempering.sandbox.probe import Capabilities, SandboxUnavailable
 from tempering.sandbox.reaper import Reaper
-from tempering.sandbox.request import Abort, ExecRequest, Sandbox
+from tempering.sandbox.request import LAYER_MOUNT, Abort, ExecRequest, Sandbox
 from tempering.sandbox.session import Session, SessionDefaults, SessionSpec
 from tempering.sandbox.telemetry import ExecLog
 from tempering.sandbox.toolchain import Toolchain
@@ -49,7 +49,9 @@ class IsolatedSandbox:
         argv = dict(bwrap=caps.bwrap, staging=self._staging, guest_python=cfg.guest_python,
                     ro_paths=tuple(cfg.ro_paths), disk_mb=cfg.disk_mb, disable_userns=caps.bwrap_version >= (0, 8, 0))
         self._argv = bwrap.command(**argv)
-        self._late_argv = bwrap.command(**argv, late=True, toolchain=str(toolchain.root) if toolchain else None)
+        self._layers = layers.folder() if toolchain else None  # layers add to a toolchain's packages
+        self._late_argv = bwrap.command(**argv, late=True, toolchain=str(toolchain.root) if toolchain else None,
+                                        layers=str(self._layers) if self._layers else None)
         self._tree: cgroups.Tree | None = None
         self._pool: WarmPool | None = None
         self._late_pool: WarmPool | None = None  # for jobs with mounts; started on first use
@@ -80,7 +82,7 @@ class IsolatedSandbox:
         z.prepare(self._tree, _START_TIMEOUT_S)
 
     def _pool_for(self, request: ExecRequest) -> WarmPool:
-        if not request.mounts:
+        if not request.mounts and not request.layer:
             return self._pool
         with self._late_lock:
             if self._late_pool is None:  # warms up as it is used: each cold start joins it
@@ -108,11 +110,18 @@ class IsolatedSandbox:
             self._log.write(self.name, request, result, total_s=round(time.monotonic() - t0, 6), **extra)
         return result
 
+    @property
+    def toolchain(self) -> Toolchain | None:
+        """The toolchain its sessions see (None: none)."""
+        return self._toolchain
+
     def open_session(self, spec: SessionSpec, runner: Sandbox | None = None) -> Session:
         cfg, tc = self._cfg, self._toolchain
-        defaults = SessionDefaults.from_config(cfg, env=tc.session_env(bwrap.TOOLCHAIN_MOUNT) if tc else {},
-                                               home=self._home)
-        return Session(runner or self, spec, defaults)
+        if spec.layer and self._layers is None:
+            raise ValueError(f"SessionSpec.layer {spec.layer[:12]}...: this sandbox has no toolchain, so no package "
+                             "layers either (build it with scripts/setup.sh)")
+        env = tc.session_env(bwrap.TOOLCHAIN_MOUNT, LAYER_MOUNT if spec.layer else None) if tc else {}
+        return Session(runner or self, spec, SessionDefaults.from_config(cfg, env=env, home=self._home))
 
     def close(self) -> None:
         """End every sandbox and remove the cgroups; call after the last run() has returned."""

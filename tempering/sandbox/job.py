@@ -3,10 +3,11 @@
 The init is already idle in its namespaces and inside a fresh cgroup (`zygote.Prepared`). This
 module writes the job's limits into that cgroup, makes the job's stdio pipes and hands the
 init their other ends and the spec, then pumps stdin, stdout and stderr without blocking while
-enforcing the wall-clock deadline, the output cap and the caller's `Abort` from the host: each
-ends the job by killing every process of its cgroup but the init, which then reports. The
-init's report gives the exit status, collected files and the archives of collected mounts
-(its raw tail); the cgroup gives peak memory, CPU time and OOM kills. Failures of the machinery return `sandbox_error`, never raise. It does not choose or
+enforcing the wall-clock deadline and the caller's `Abort` from the host: each ends the job
+by killing every process of its cgroup but the init, which then reports. Output past the cap
+does not end it: its head and tail are kept (`output.Capture`). The init's report gives the
+exit status, collected files, the archives of collected mounts (its raw tail) and how many
+processes the command left running; the cgroup gives peak memory, CPU time and OOM kills. Failures of the machinery return `sandbox_error`, never raise. It does not choose or
 prepare inits (the pool and the zygote do) or write the telemetry log (the backend does).
 """
 
@@ -23,6 +24,7 @@ from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.bwrap import LOCALE, PATH
 from tempering.sandbox.cgroups import CgroupError, Stats
 from tempering.sandbox.guest import wire
+from tempering.sandbox.output import STDERR, STDOUT, Capture
 from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, exit_reason
 from tempering.sandbox.zygote import Prepared
 
@@ -102,6 +104,8 @@ def _spec(req: ExecRequest, settings: Settings) -> tuple[dict, bytes]:
     }
     if req.workdir != DEFAULT_WORKDIR:
         spec["workdir"] = req.workdir
+    if req.layer:
+        spec["layer"] = req.layer
     if not req.mounts:
         return spec, b""
     spec["mounts"] = [{"path": m.path, "writable": m.writable, "collect": m.collect, "size_mb": m.size_mb,
@@ -142,8 +146,7 @@ class _Pump:
                  abort: Abort | None) -> None:
         self.ch, self.req, self.settings, self.abort = ch, req, settings, abort
         self.sock, self.group, self.init = prepared.sock, prepared.group, prepared.pid
-        self.out, self.err = bytearray(), bytearray()
-        self.seen = 0  # output bytes received, kept or not
+        self.output = Capture(req.output_limit_bytes)
         self.ended_by: ExecReason | None = None
         tail_limit = sum(m.archive_limit for m in req.mounts if m.collect)
         self.report = wire.FrameReader(settings.collect_limit_bytes * 2 + (1 << 20), tail_limit)
@@ -225,11 +228,7 @@ class _Pump:
             return False
         if not data:
             return False
-        self.seen += len(data)
-        room = self.req.output_limit_bytes - len(self.out) - len(self.err)
-        (self.out if fd == self.ch.out_r else self.err).extend(data[:max(0, room)])
-        if self.seen > self.req.output_limit_bytes and self.ended_by is None:
-            self._end(ExecReason.OUTPUT_LIMIT)
+        self.output.add(STDOUT if fd == self.ch.out_r else STDERR, data)
         return True
 
     def _end(self, reason: ExecReason) -> None:
@@ -242,8 +241,8 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     frame = pump.report.frame
     if pump.guest_error and frame is not None:
         return Outcome(_error(str(frame.get("error", "unknown guest error"))), healthy=True, setup_s=setup_s)
-    stdout, stderr = pump.out.decode(errors="replace"), pump.err.decode(errors="replace")
-    common = dict(stdout=stdout, stderr=stderr, truncated=pump.seen > req.output_limit_bytes,
+    stdout, stderr = (data.decode(errors="replace") for data in pump.output.streams())
+    common = dict(stdout=stdout, stderr=stderr, truncated=pump.output.truncated,
                   wall_s=wall, cpu_s=stats.cpu_s, peak_memory_mb=stats.peak_bytes / 2**20)
     if frame is None:
         if pump.ended_by is not None:  # killed, and the guest did not report in time
@@ -259,7 +258,9 @@ def _outcome(req, pump: _Pump, stats: Stats, wall: float, settings: Settings, se
     skipped = frame.get("skipped", {})
     archives, error = _archives(frame, pump.report.tail)
     reason = pump.ended_by or exit_reason(exit_code, stats.oom_kills > 0 or "MemoryError" in stderr[-2000:])
-    result = ExecResult(reason=reason, exit_code=exit_code, files=files, archives=archives, error=error, **common)
+    lingering = frame.get("lingering", 0)
+    result = ExecResult(reason=reason, exit_code=exit_code, files=files, archives=archives, error=error,
+                        lingering=lingering if isinstance(lingering, int) else 0, **common)
     return Outcome(result, healthy=True, skipped=skipped if isinstance(skipped, dict) else {},
                    setup_s=setup_s)
 

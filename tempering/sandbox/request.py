@@ -1,12 +1,13 @@
-"""What a sandbox is asked to run (`ExecRequest`, with its `Mount`s and `ExecTag`), what every
-backend provides (`Sandbox`), how a caller ends a run early (`Abort`) and how every backend
-reads the exit status of a program that ended by itself (`exit_reason`)."""
+"""What a sandbox is asked to run (`ExecRequest`, with its `Mount`s, its package layer and its
+`ExecTag`), what every backend provides (`Sandbox`), how a caller ends a run early (`Abort`)
+and how every backend reads the exit status of a program that ended by itself (`exit_reason`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import posixpath
+import re
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -19,10 +20,14 @@ from tempering.sandbox.workspace import Workspace
 if TYPE_CHECKING:
     from tempering.config import SandboxConfig
     from tempering.sandbox.session import Session, SessionSpec
+    from tempering.sandbox.toolchain import Toolchain
 
 DEFAULT_WORKDIR = "/workspace"
+LAYER_MOUNT = "/opt/layer"  # where a job sees its package layer (`ExecRequest.layer`)
 # Paths the sandbox itself owns (or mounts per job): no Mount may lie at or under them.
-RESERVED_PATHS = ("/proc", "/dev", "/sys", "/tmp", "/opt/tempering", "/opt/toolchain", "/.newroot")
+RESERVED_PATHS = ("/proc", "/dev", "/sys", "/tmp", "/opt/tempering", "/opt/toolchain", LAYER_MOUNT, "/.newroot",
+                  "/.layers")
+LAYER_NAME = re.compile(r"[0-9a-f]{64}")  # a layer's name: the sha256 of what it holds (`sandbox.layers`)
 # A request's limits that default to the `[sandbox]` section's keys of the same names.
 LIMITS = ("time_limit_s", "memory_mb", "pids", "output_limit_bytes")
 
@@ -88,7 +93,9 @@ class ExecRequest:
     a log directory to read back; a mount's size left None is `[sandbox]`'s `disk_mb`, filled
     in by `resolved` too); `workdir` is the working directory, /workspace or one of the
     mounts (or inside one), where `files` go and `collect` names are read. `tag` labels the
-    run in the sandbox's telemetry."""
+    run in the sandbox's telemetry. `layer` names a built package layer (`sandbox.layers`),
+    bound read-only at LAYER_MOUNT ("" for none); only the isolated backend's session
+    sandboxes can bind one."""
 
     command: tuple[str, ...]
     files: Mapping[str, bytes] = field(default_factory=dict)
@@ -102,10 +109,13 @@ class ExecRequest:
     workdir: str = DEFAULT_WORKDIR
     mounts: tuple[Mount, ...] = ()
     tag: ExecTag = field(default_factory=ExecTag)
+    layer: str = ""
 
     def __post_init__(self) -> None:
         self._check_limits()
         self._check_mounts()
+        if self.layer and not LAYER_NAME.fullmatch(self.layer):
+            raise ValueError(f"ExecRequest.layer {self.layer!r} is not a layer's name (64 hex digits)")
 
     def resolved(self, cfg: "SandboxConfig") -> "ExecRequest":
         """This request with each limit it leaves None taken from `cfg` (the sandbox's
@@ -198,9 +208,11 @@ class Sandbox(Protocol):
     from that, files too large for the configured memory limit, is the caller's). Its sessions
     take their per-command defaults from the same config. `open_session` gives an episode a
     persistent workspace over many runs (`session.Session`), whose commands go through `runner`'s
-    `run` when given (a node's scheduler in front of the backend); `close` ends the backend."""
+    `run` when given (a node's scheduler in front of the backend); `toolchain` is what its
+    sessions see (None: none); `close` ends the backend."""
 
     name: str
+    toolchain: "Toolchain | None"
 
     def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult: ...
 

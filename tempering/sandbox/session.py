@@ -41,7 +41,8 @@ class SessionSpec:
     (and HOME); None is the sandbox's `disk_mb` (`[sandbox]`), filled in when the session
     opens, which checks the workspace against it then. `mounts` are more filesystems for every
     command: read-only ones from the host (a task's /solution), writable ones (fresh for each
-    command, or kept across commands when `collect`, as /logs/agent)."""
+    command, or kept across commands when `collect`, as /logs/agent). `layer` names a package
+    layer every command sees read-only (`ExecRequest.layer`)."""
 
     workdir: str = DEFAULT_WORKDIR
     workspace: Workspace = field(default_factory=Workspace)
@@ -52,6 +53,7 @@ class SessionSpec:
     wall_s: float = 300.0  # wall-clock seconds of all its commands together
     tag: ExecTag = field(default_factory=ExecTag)
     mounts: tuple[Mount, ...] = ()
+    layer: str = ""
 
     def __post_init__(self) -> None:
         if self.max_commands < 0 or self.cpu_s < 0 or self.wall_s < 0:
@@ -160,10 +162,10 @@ class Session:
         # memory limit is raised to that, or a grown workspace would make it fail to start.
         packed = sum(len(m.content.archive) for m in mounts)
         memory = max(memory_mb or d.memory_mb, (3 * packed >> 20) + 32)
-        return ExecRequest(command=tuple(command), stdin=stdin, env={**base_env, **spec.env, **(env or {})},
+        return ExecRequest(command=tuple(command), stdin=stdin, env=_environment(base_env, spec.env, env or {}),
                            time_limit_s=limit, memory_mb=memory, pids=d.pids,
                            output_limit_bytes=d.output_limit_bytes, workdir=spec.workdir, mounts=tuple(mounts),
-                           tag=dataclasses.replace(spec.tag, turn=turn))
+                           tag=dataclasses.replace(spec.tag, turn=turn), layer=spec.layer)
 
     def _keep(self, result: ExecResult) -> ExecResult:
         """Take the archives the command left as the session's state; return the result
@@ -236,6 +238,21 @@ class Session:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _environment(base: Mapping[str, str], *over: Mapping[str, str]) -> dict[str, str]:
+    """`base` (the sandbox's: the toolchain's PATH and PYTHONPATH) updated by each of `over`,
+    except that a PATH or PYTHONPATH set there keeps the sandbox's entries after its own, as a
+    Docker image's PATH and site-packages stay on a task's ENV PATH=/x:$PATH (which the
+    Dockerfile's interpreter cannot expand to ours)."""
+    out = dict(base)
+    for env in over:
+        for key, value in env.items():
+            if key in ("PATH", "PYTHONPATH") and key in base:
+                own = [p for p in value.split(":") if p]
+                value = ":".join(dict.fromkeys(own + base[key].split(":")))
+            out[key] = value
+    return out
 
 
 def _overlap(p: str, q: str) -> bool:

@@ -87,7 +87,7 @@ def record(job: str, backend: str, req: ExecRequest, result: ExecResult, **extra
         "wall_s": round(result.wall_s, 6), "cpu_s": round(result.cpu_s, 6),
         "peak_memory_mb": round(result.peak_memory_mb, 3),
         "stdout_bytes": len(result.stdout), "stderr_bytes": len(result.stderr),
-        "truncated": result.truncated, "files": sorted(result.files),
+        "truncated": result.truncated, "lingering": result.lingering, "files": sorted(result.files),
         "archives": {path: len(data) for path, data in result.archives.items()}, "error": result.error[:500],
         **extra,
     }

@@ -1,10 +1,12 @@
-"""The unisolated backend: a child process with rlimits, a host-side deadline and an output cap.
+"""The unisolated backend: a child process with rlimits, a host-side deadline and an output cap
+(its head and tail kept, `output.Capture`).
 
 It does NOT isolate anything: the program sees the host filesystem, network and processes.
 It exists for trusted code and for machines without bubblewrap, and the factory refuses it for
 untrusted code unless `sandbox.allow_unisolated = true` says so explicitly. Its sessions get a
 workspace only as the working directory (a temporary directory, /workspace as far as the
-session is concerned): it cannot put filesystems at absolute paths, and refuses to.
+session is concerned): it cannot put filesystems at absolute paths or bind package layers,
+and refuses to.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from tempering.config import SandboxConfig
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.guest import archive, collect
+from tempering.sandbox.output import STDERR, STDOUT, Capture
 from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, Sandbox, exit_reason
 from tempering.sandbox.session import Session, SessionDefaults, SessionSpec
 from tempering.sandbox.telemetry import ExecLog
@@ -69,9 +72,16 @@ class UnisolatedSandbox:
             raise ValueError(f"the unisolated backend gives a session its workspace as the working directory only: "
                              f"workdir must be {DEFAULT_WORKDIR} and mounts empty (got workdir={spec.workdir!r}, "
                              f"mounts={[m.path for m in spec.mounts]}); absolute paths need sandbox.backend = 'bwrap'")
+        if spec.layer:
+            raise ValueError("the unisolated backend cannot bind a package layer (sandbox.backend = 'bwrap' can)")
         tc = self._toolchain
         return Session(runner or self, spec, SessionDefaults.from_config(
             self._cfg, env=tc.session_env(str(tc.root)) if tc else {}, home=None))
+
+    @property
+    def toolchain(self) -> Toolchain | None:
+        """The toolchain its sessions see (None: none)."""
+        return self._toolchain
 
     def close(self) -> None:
         if self._log is not None:
@@ -93,7 +103,7 @@ class UnisolatedSandbox:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, close_fds=True,
         )
-        out, err, ended_by, peak_kb = _pump(proc, req, start + req.time_limit_s, abort)
+        out, err, truncated, ended_by, peak_kb = _pump(proc, req, start + req.time_limit_s, abort)
         waited = _exit_of(proc.pid, start + req.time_limit_s) if ended_by is None else None
         if ended_by is None and waited is None:
             ended_by = ExecReason.TIMEOUT
@@ -108,8 +118,7 @@ class UnisolatedSandbox:
         archives = {m.path: archive.pack(str(workspace), m.archive_limit)[0] for m in req.mounts if m.collect}
         return ExecResult(
             reason=reason, exit_code=proc.returncode,
-            stdout=out.decode(errors="replace"), stderr=stderr,
-            truncated=ended_by == ExecReason.OUTPUT_LIMIT, wall_s=wall,
+            stdout=out.decode(errors="replace"), stderr=stderr, truncated=truncated, wall_s=wall,
             cpu_s=usage.ru_utime + usage.ru_stime, peak_memory_mb=peak_kb / 1024.0,
             start="cold", files=files, archives=archives,
         )
@@ -118,6 +127,8 @@ class UnisolatedSandbox:
 def _refusal(req: ExecRequest) -> str:
     """Why this backend cannot run `req` ("" if it can): it has no filesystems to mount."""
     others = [m.path for m in req.mounts if m.path != req.workdir or req.workdir != DEFAULT_WORKDIR]
+    if req.layer:
+        return "the unisolated backend cannot bind a package layer (sandbox.backend = 'bwrap' can)"
     if others:
         return (f"the unisolated backend cannot provide {', '.join(others)}: only the workspace at "
                 f"{DEFAULT_WORKDIR} (absolute paths need sandbox.backend = 'bwrap')")
@@ -137,19 +148,18 @@ def _limits(req: ExecRequest, file_bytes: int) -> list[str]:
 
 
 def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float, abort: Abort | None):
-    """Feed stdin and read stdout/stderr, without blocking, until EOF, the deadline, the output
-    cap or `abort`."""
+    """Feed stdin and read stdout/stderr, without blocking, until EOF, the deadline or `abort`."""
     sel = selectors.DefaultSelector()
-    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    for f in (*bufs, proc.stdin):
+    streams = {proc.stdout: STDOUT, proc.stderr: STDERR}
+    output = Capture(req.output_limit_bytes)
+    for f in (*streams, proc.stdin):
         os.set_blocking(f.fileno(), False)
         sel.register(f, selectors.EVENT_WRITE if f is proc.stdin else selectors.EVENT_READ)
     if abort is not None:
         sel.register(abort, selectors.EVENT_READ)
     stdin = memoryview(req.stdin)
     ended_by = None
-    peak_kb = seen = 0
-    cap = req.output_limit_bytes  # stdout and stderr together, kept in the order they came
+    peak_kb = 0
     while len(sel.get_map()) > (abort is not None):
         peak_kb = max(peak_kb, _high_water_kb(proc.pid))
         left = deadline - time.monotonic()
@@ -169,14 +179,10 @@ def _pump(proc: subprocess.Popen, req: ExecRequest, deadline: float, abort: Abor
             if not chunk:
                 sel.unregister(key.fileobj)
                 continue
-            bufs[key.fileobj] += chunk[:max(0, cap - seen)]
-            seen += len(chunk)
-        if seen > cap:
-            ended_by = ExecReason.OUTPUT_LIMIT
-            break
+            output.add(streams[key.fileobj], chunk)
     sel.close()
     proc.stdin.close()
-    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr]), ended_by, peak_kb
+    return *output.streams(), output.truncated, ended_by, peak_kb
 
 
 def _exit_of(pid: int, deadline: float) -> tuple | None:

@@ -71,6 +71,11 @@ class NodeSandbox:
                 self._task_seconds[tag.sample.rsplit("/", 1)[0]] += result.wall_s
         return result
 
+    @property
+    def toolchain(self):
+        """The backend's toolchain (what its sessions see)."""
+        return self.backend.toolchain
+
     def open_session(self, spec, runner: Sandbox | None = None):
         return self.backend.open_session(spec, runner or self)
 

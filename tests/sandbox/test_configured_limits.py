@@ -13,7 +13,7 @@ import pytest
 from sandbox_helpers import last_logged, py
 from tempering.config import SandboxConfig
 from tempering.records import Budget, ExecReason
-from tempering.sandbox import ExecRequest, Mount, SessionSpec, Workspace, make_sandbox
+from tempering.sandbox import ExecRequest, Mount, SessionSpec, Workspace, make_sandbox, output
 from tempering.sandbox.factory import SandboxUnavailable
 from tempering.sandbox.session import SessionDefaults
 from tempering.sandbox.unisolated import UnisolatedSandbox
@@ -71,7 +71,7 @@ def test_a_job_without_limits_gets_the_configured_ones(limited):
     assert slow.reason == ExecReason.TIMEOUT and slow.wall_s < 4, slow
     assert last_logged(limited)["limits"] == APPLIED
     loud = limited.run(py("print('x' * 300)"))
-    assert loud.reason == ExecReason.OUTPUT_LIMIT and loud.truncated and len(loud.stdout) == 100, loud
+    assert loud.ok and loud.truncated and loud.stdout == "x" * 50 + output.marker(201, 100).decode() + "x" * 49 + "\n"
     hog = limited.run(py(HOG))
     assert hog.reason == ExecReason.OOM, hog
     # An explicit limit still wins, and the row says so.
@@ -102,7 +102,7 @@ def test_a_session_command_without_limits_gets_the_configured_ones(limited):
         assert slow.reason == ExecReason.TIMEOUT and slow.wall_s < 4, slow
         assert last_logged(limited)["limits"] == APPLIED
         loud = s.run(("bash", "-c", "head -c 300 /dev/zero | tr '\\0' x"))
-        assert loud.reason == ExecReason.OUTPUT_LIMIT and len(loud.stdout) == 100, loud
+        assert loud.ok and loud.stdout == "x" * 50 + output.marker(200, 100).decode() + "x" * 50, loud
         hog = s.run(("python3", "-c", HOG))
         assert hog.reason == ExecReason.OOM, hog
         wider = s.run(("sleep", "0"), time_limit_s=2.0, memory_mb=96)

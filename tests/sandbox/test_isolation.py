@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from tempering.records import ExecReason
-from tempering.sandbox import cgroups
+from tempering.sandbox import cgroups, output
 from sandbox_helpers import (SECRET, assert_next_job_clean, host_cmdlines_containing, host_pids_named, last_logged,
                              needs_bwrap, py, sandbox_processes, wait_until)
 
@@ -232,12 +232,13 @@ def attempt(label, family, addr):
 attempt("tcp", socket.AF_INET, ("127.0.0.1", {port}))
 attempt("abstract", socket.AF_UNIX, {name!r})
 attempt("outside", socket.AF_INET, ("1.1.1.1", 80))
-for family in (socket.AF_NETLINK, 40):  # netlink, vsock
+# vsock, and every netlink protocol but NETLINK_ROUTE: sock_diag, audit, netfilter, uevents, generic
+for family, proto in ((40, 0), (16, 4), (16, 9), (16, 12), (16, 15), (16, 16)):
     try:
-        socket.socket(family, socket.SOCK_DGRAM)
-        print("created", family)
+        socket.socket(family, socket.SOCK_DGRAM, proto)
+        print("created", family, proto)
     except OSError as e:
-        print("denied family", family, e.errno)
+        print("denied family", family, proto, e.errno)
 """
     try:
         r = sandbox.run(py(code, time_limit_s=5))
@@ -249,7 +250,7 @@ for family in (socket.AF_NETLINK, 40):  # netlink, vsock
         abstract.close()
     assert r.ok, r
     assert "connected" not in r.stdout and "created" not in r.stdout, r.stdout
-    assert r.stdout.count("denied family") == 2
+    assert r.stdout.count("denied family") == 6 and r.stdout.count(" 97\n") == 6, r.stdout  # EAFNOSUPPORT
 
 
 def test_host_processes_cannot_be_signalled(sandbox, sandbox_cfg):
@@ -278,13 +279,15 @@ def test_the_job_cannot_signal_its_init_away(sandbox):
     assert_next_job_clean(sandbox)
 
 
-def test_a_gigabyte_of_stdout_is_cut_off_at_the_cap(sandbox):
-    flood = "import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.buffer.write(chunk)\n"
-    t = time.monotonic()
-    r = sandbox.run(py(flood, output_limit_bytes=65536, time_limit_s=30))
-    assert r.reason == ExecReason.OUTPUT_LIMIT and r.truncated, r.reason
-    assert len(r.stdout) + len(r.stderr) <= 65536
-    assert time.monotonic() - t < 5
+def test_a_flood_of_stdout_keeps_its_head_and_tail_within_the_cap(sandbox):
+    """256 MB of output: the program runs to its end; the host keeps the first half of the cap,
+    the last bytes, and one line saying how many were cut between them."""
+    flood = ("import sys\nw = sys.stdout.buffer.write\nw(b'head' * 16384)\nchunk = b'x' * (1 << 20)\n"
+             "for _ in range(256):\n    w(chunk)\nw(b'tail' * 16384)\n")
+    r = sandbox.run(py(flood, output_limit_bytes=65536, time_limit_s=60))
+    assert r.ok and r.truncated, r.reason
+    head, cut, tail = r.stdout.partition(output.marker(65536 * 2 + (256 << 20) - 65536, 65536).decode())
+    assert head == "head" * 8192 and tail == "tail" * 8192 and cut, r.stdout[32760:32900]
     assert_next_job_clean(sandbox)
 
 
@@ -386,7 +389,8 @@ calls = {
     "unshare_user": lambda: libc.unshare(0x10000000),
     "unshare_mount": lambda: libc.unshare(0x00020000),
     "setns": lambda: libc.setns(0, 0),
-    "ptrace_traceme": lambda: libc.ptrace(0, 0, None, None),
+    "ptrace_attach_init": lambda: libc.ptrace(16, 1, None, None),
+    "ptrace_seize_init": lambda: libc.ptrace(0x4206, 1, None, None),
     "bpf": lambda: libc.syscall(321, 0, None, 0),
     "keyctl": lambda: libc.syscall(250, 0, 0),
     "add_key": lambda: libc.syscall(248, b"user", b"x", b"y", 1, -3),
@@ -416,11 +420,93 @@ print(json.dumps(out))
     assert r.ok, r
     out = json.loads(r.stdout)
     assert all(ret == -1 for ret, _ in out.values()), out
-    seccomp_denied = ["mount", "umount2", "unshare_user", "unshare_mount", "setns", "ptrace_traceme", "bpf",
+    seccomp_denied = ["mount", "umount2", "unshare_user", "unshare_mount", "setns", "ptrace_attach_init",
+                      "ptrace_seize_init", "bpf",
                       "keyctl", "add_key", "io_uring_setup", "perf_event_open", "userfaultfd", "kexec_load",
                       "init_module", "reboot", "chroot", "sethostname", "clone_newuser"]
     assert {n: out[n][1] for n in seccomp_denied} == {n: 1 for n in seccomp_denied}  # EPERM
     assert out["clone3"][1] == 38  # ENOSYS, so libc falls back to the checkable clone
+
+
+def test_a_process_traces_its_children_but_no_other(sandbox):
+    """ptrace serves debuggers and anti-debugging checks: a child that asks (PTRACE_TRACEME) is
+    traced by its parent, who reads its memory; no process can start tracing one that did not
+    ask (ATTACH or SEIZE its parent, a sibling or the init): the code under test cannot take
+    over the verifier that runs it."""
+    code = r"""
+import ctypes, json, os, signal, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = (ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p)
+secret = ctypes.c_long(0x5EC2E7)
+out, parent = {}, os.getpid()
+
+def tries(request, pid):
+    ctypes.set_errno(0)
+    return [libc.ptrace(request, pid, None, None), ctypes.get_errno()]
+
+sibling = os.fork()
+if sibling == 0:
+    time.sleep(30)
+    os._exit(0)
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    found = {"attach_parent": tries(16, parent), "seize_parent": tries(0x4206, parent),
+             "attach_sibling": tries(16, sibling), "attach_init": tries(16, 1)}
+    os.write(w, json.dumps(found).encode())
+    tries(0, 0)  # PTRACE_TRACEME: the parent may now trace this process
+    os.kill(os.getpid(), signal.SIGSTOP)
+    os._exit(7)
+out.update(json.loads(os.read(r, 4096)))
+_, status = os.waitpid(child, 0)
+out["stopped"] = os.WIFSTOPPED(status)
+out["peek"] = libc.ptrace(2, child, ctypes.addressof(secret), None)  # PTRACE_PEEKDATA
+libc.ptrace(7, child, None, None)  # PTRACE_CONT
+_, status = os.waitpid(child, 0)
+out["exit"] = os.waitstatus_to_exitcode(status)
+os.kill(sibling, signal.SIGKILL)
+print(json.dumps(out))
+"""
+    r = sandbox.run(py(code, time_limit_s=20))
+    assert r.ok, r
+    out = json.loads(r.stdout)
+    for attack in ("attach_parent", "seize_parent", "attach_sibling", "attach_init"):
+        assert out[attack] == [-1, 1], (attack, out)  # EPERM
+    assert out["stopped"] and out["peek"] == 0x5EC2E7 and out["exit"] == 7, out
+
+
+def test_a_command_that_asks_its_init_to_trace_it_runs_on(sandbox):
+    """A command whose parent is the job's init asks for tracing, then execs (which stops a
+    tracee): the init lets go of it, and it runs to its end."""
+    code = "import ctypes, os\nctypes.CDLL(None).ptrace(0, 0, None, None)\nos.execv('/bin/echo', ['echo', 'ran on'])"
+    r = sandbox.run(py(code))
+    assert r.ok and r.stdout == "ran on\n", r
+    assert_next_job_clean(sandbox)
+
+
+def test_netlink_route_sees_only_the_jobs_loopback_and_changes_nothing(sandbox):
+    """torch.distributed's gloo lists interfaces over NETLINK_ROUTE, so jobs may open it: in the
+    job's own network namespace it shows loopback alone, none of the host's interfaces, and
+    adding an address is refused for want of a capability."""
+    code = r"""
+import json, socket, struct
+names = [name for _, name in socket.if_nameindex()]
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+s.bind((0, 0))
+local = struct.pack("<HH4s", 8, 2, socket.inet_aton("10.9.8.7"))  # IFA_LOCAL
+body = struct.pack("<BBBBI", socket.AF_INET, 32, 0, 0, socket.if_nametoindex("lo")) + local
+s.send(struct.pack("<IHHII", 16 + len(body), 20, 1 | 4 | 0x400 | 0x200, 1, 0) + body)  # RTM_NEWADDR, with an ack
+reply = s.recv(4096)
+print(json.dumps({"names": names, "reply": struct.unpack_from("<H", reply, 4)[0],
+                  "error": struct.unpack_from("<i", reply, 16)[0]}))
+"""
+    r = sandbox.run(py(code))
+    assert r.ok, r
+    out = json.loads(r.stdout)
+    host = {name for _, name in socket.if_nameindex()} - {"lo"}
+    assert out["names"] == ["lo"] and not host & set(out["names"]), (out, host)
+    assert out["reply"] == 2 and out["error"] == -1, out  # NLMSG_ERROR: -EPERM
 
 
 def test_no_host_descriptor_leaks_into_the_job(sandbox, secret_dir):

@@ -6,7 +6,7 @@ import base64
 import json
 
 from sandbox_helpers import needs_bwrap
-from tempering.sandbox import cli
+from tempering.sandbox import cli, output
 
 
 @needs_bwrap
@@ -37,8 +37,9 @@ def test_sandbox_run_reports_a_timeout(capsys):
 def test_sandbox_run_takes_the_limits_it_is_not_given_from_the_config(capsys):
     rc = cli.main(["sandbox", "run", "--set", "sandbox.time_limit_s=0.3", "--set", "sandbox.output_limit_bytes=10",
                    "--", "sh", "-c", "echo 0123456789abcdef; sleep 10"])
-    out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["reason"] == "output_limit" and out["stdout"] == "0123456789", out
+    out = json.loads(capsys.readouterr().out)  # past the cap it runs on, to its deadline: 5 bytes of head, 5 of tail
+    assert rc == 0 and out["reason"] == "timeout" and out["truncated"], out
+    assert out["stdout"] == "01234" + output.marker(7, 10).decode() + "cdef\n", out
     rc = cli.main(["sandbox", "run", "--set", "sandbox.time_limit_s=0.3", "--", "sleep", "10"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["reason"] == "timeout" and out["wall_s"] < 3, out

@@ -49,7 +49,7 @@ def test_ordinary_calls_pass(program):
         assert run_bpf(program, nr) == ALLOW, nr
 
 
-@pytest.mark.parametrize("name", ["mount", "umount2", "ptrace", "bpf", "keyctl", "unshare", "setns",
+@pytest.mark.parametrize("name", ["mount", "umount2", "bpf", "keyctl", "unshare", "setns",
                                   "io_uring_setup", "perf_event_open", "kexec_load", "init_module",
                                   "process_vm_readv", "userfaultfd", "open_tree", "fsopen", "reboot"])
 def test_dangerous_calls_are_denied(program, name):
@@ -74,8 +74,21 @@ def test_clone_is_checked_for_namespace_flags(program):
 def test_socket_families(program):
     for family in (1, 2, 10):
         assert run_bpf(program, seccomp.NR_SOCKET, (family, 1, 0, 0, 0, 0)) == ALLOW
-    for family in (16, 40, 17):  # netlink, vsock, packet
+    for family in (40, 17):  # vsock, packet
         assert run_bpf(program, seccomp.NR_SOCKET, (family, 1, 0, 0, 0, 0)) == seccomp.RET_ERRNO | errno.EAFNOSUPPORT
+    # netlink: NETLINK_ROUTE only (sock_diag, audit, netfilter, uevents, generic refused)
+    assert run_bpf(program, seccomp.NR_SOCKET, (16, 3, 0, 0, 0, 0)) == ALLOW
+    for proto in (4, 9, 12, 15, 16):
+        assert run_bpf(program, seccomp.NR_SOCKET, (16, 3, proto, 0, 0, 0)) == seccomp.RET_ERRNO | errno.EAFNOSUPPORT
+
+
+def test_ptrace_starts_only_on_request(program):
+    """PTRACE_TRACEME and a tracer's requests pass; ATTACH and SEIZE (tracing an unwilling
+    process) are refused, also with high bits set in the request."""
+    for request in (0, 2, 7, 17, 24, 0x4200):  # TRACEME, PEEKDATA, CONT, DETACH, SYSCALL, SETOPTIONS
+        assert run_bpf(program, seccomp.NR_PTRACE, (request, 2, 0, 0, 0, 0)) == ALLOW, request
+    for request in (16, 0x4206, 1 << 32 | 16):  # ATTACH, SEIZE
+        assert run_bpf(program, seccomp.NR_PTRACE, (request, 2, 0, 0, 0, 0)) == EPERM, request
 
 
 def test_terminal_injection_and_personality(program):

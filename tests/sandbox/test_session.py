@@ -83,8 +83,8 @@ def test_one_shot_limits_hold_inside_a_session(sandbox):
         assert r.reason == ExecReason.TIMEOUT and r.exit_code == -signal.SIGKILL, r
         r = s.run(("python3", "-c", "b = []\nwhile True:\n    b.append(bytearray(8 << 20))"), memory_mb=64)
         assert r.reason == ExecReason.OOM and r.peak_memory_mb <= 65, r
-        r = s.run(("python3", "-c", "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)"))
-        assert r.reason == ExecReason.OUTPUT_LIMIT and len(r.stdout) + len(r.stderr) <= 65536, r.reason
+        r = s.run(("python3", "-c", "import sys\nfor _ in range(64):\n    sys.stdout.write('x' * 65536)"))
+        assert r.ok and r.truncated and len(r.stdout.replace("x", "")) < 100, r.reason  # head, cut, tail
         baseline = len(sandbox_processes(sandbox))  # this sandbox's: other runs start their own
         r = s.run(("python3", "-c", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                                     "        pass"), time_limit_s=1.0)

@@ -14,10 +14,12 @@ Deadlines, cgroups and the output cap are the host's business.
 
 An init made with `confine_late` (the sandboxes that serve sessions) keeps its privileges
 until the job arrives, because a job may ask for filesystems at absolute paths ("mounts",
-with their tar archives in the spec's tail) and a working directory among them: it builds
-the job's own root with them (`rootfs`), confines itself, unpacks the writable ones (as the
-unprivileged user, from untrusted archives), runs the command there, and packs the ones the
-host wants back into the report's tail. Everything else is the same.
+with their tar archives in the spec's tail) and a working directory among them, and for a
+package layer ("layer"): it builds the job's own root with them (`rootfs`), confines itself,
+unpacks the writable ones (as the unprivileged user, from untrusted archives), runs the
+command there, and packs the ones the host wants back into the report's tail. Everything
+else is the same. The report also says how many processes the command left running when it
+ended ("lingering": a service it started, say), all of them killed then.
 """
 
 from __future__ import annotations
@@ -54,26 +56,26 @@ def run(sock: socket.socket, seccomp_program: bytes, disk_mb: int, confine_late:
         return 0  # no job is coming: the sandbox is ending, or this init was discarded
     try:
         spec = wire.recv_frame(sock, _SPEC_LIMIT)
-        mounts = list(spec.get("mounts", ()))
+        mounts, layer = list(spec.get("mounts", ())), str(spec.get("layer", ""))
         contents = _split(wire.recv_exact(sock, wire.tail_size(spec, _SPEC_LIMIT)), mounts)
         if confine_late:
-            _mount_and_confine(mounts, contents, seccomp_program)
+            _mount_and_confine(mounts, contents, layer, seccomp_program)
             contents.clear()  # the archives' memory counts against the job's limit: free it now
-        elif mounts:
+        elif mounts or layer:
             raise ValueError("this sandbox's inits confine themselves early and cannot mount filesystems")
         workdir = spec.get("workdir", WORKSPACE)
         _write_files(workdir, wire.decode_files(spec["files"], _SPEC_LIMIT))
         argv, env = list(spec["argv"]), dict(spec["env"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         return report_error(sock, f"job setup failed: {type(e).__name__}: {e}")
-    status = _spawn_and_reap(argv, env, spec["rlimits"], stdio, workdir)
+    status, lingering = _spawn_and_reap(argv, env, spec["rlimits"], stdio, workdir)
     names, limit = list(spec["collect"]), int(spec["collect_limit"])
     try:
         files, skipped = collect.collect(workdir, names, limit)
     except OSError as e:
         files, skipped = {}, {name: f"workspace unreadable: {e}" for name in names}
     packed, sizes, errors = _pack(mounts, skipped)
-    report = {"status": status, "files": wire.encode_files(files), "skipped": skipped}
+    report = {"status": status, "files": wire.encode_files(files), "skipped": skipped, "lingering": lingering}
     if mounts:
         report.update(archives=sizes, archive_errors=errors, tail=sum(sizes.values()))
     wire.send_frame(sock, report)
@@ -94,13 +96,14 @@ def _split(tail: bytearray, mounts: list[dict]) -> list[memoryview]:
     return contents
 
 
-def _mount_and_confine(mounts: list[dict], contents: list[bytes], seccomp_program: bytes) -> None:
+def _mount_and_confine(mounts: list[dict], contents: list[bytes], layer: str, seccomp_program: bytes) -> None:
     """The job's filesystems (read-only ones filled while privileged: their archives are the
-    host's, from task folders), then confinement, then the writable ones filled unprivileged."""
-    if mounts:
+    host's, from task folders; the layer bound read-only), then confinement, then the writable
+    ones filled unprivileged."""
+    if mounts or layer:
         from . import rootfs  # imported only by inits that serve such jobs
 
-        rootfs.enter(mounts, contents)
+        rootfs.enter(mounts, contents, layer)
     _confine(seccomp_program)
     for m, data in zip(mounts, contents):
         if m["writable"] and data:
@@ -169,10 +172,10 @@ def _resolve(name: str, path: str) -> str:
     raise FileNotFoundError(f"{name!r} not found on PATH {path!r}")
 
 
-def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], workdir: str) -> int:
+def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int], workdir: str) -> tuple[int, int]:
     """Start the command in `workdir`, spawned vfork-style (no copy of this interpreter), wait
     for it, then kill and reap everything else in the namespace. Returns the command's wait
-    status."""
+    status and how many processes it left running."""
     os.chdir(workdir)
     for name, (soft, hard) in rlimits.items():  # inherited by the command; harmless to the init
         resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
@@ -188,7 +191,7 @@ def _spawn_and_reap(argv: list[str], env: dict, rlimits: dict, stdio: list[int],
                                file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)])
     except OSError as e:
         os.write(stdio[2], f"tempering sandbox: cannot execute {argv[0]!r}: {e.strerror}\n".encode())
-        return 127 << 8
+        return 127 << 8, 0
     finally:
         for fd in stdio:
             os.close(fd)
@@ -229,12 +232,15 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _reap(child: int) -> int:
+def _reap(child: int) -> tuple[int, int]:
     status = None
     while status is None:
         pid, st = os.waitpid(-1, 0)
-        if pid == child:
+        if os.WIFSTOPPED(st):
+            _let_go(pid, os.WSTOPSIG(st))
+        elif pid == child:
             status = st
+    lingering = sum(1 for pid in _others() if not _exited(pid))
     try:
         os.kill(-1, signal.SIGKILL)  # from pid 1: every other process of this namespace
     except ProcessLookupError:
@@ -243,7 +249,22 @@ def _reap(child: int) -> int:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
-            return status
+            return status, lingering
+
+
+def _let_go(pid: int, sig: int) -> None:
+    """A process that asked us (its parent) to trace it (PTRACE_TRACEME) stopped, as tracees do
+    at exec and at each signal: we trace nothing, so detach, passing the signal on (an exec's
+    SIGTRAP is the tracing's own, and would kill it)."""
+    try:
+        syscalls.ptrace_detach(pid, 0 if sig == signal.SIGTRAP else sig)
+    except OSError:
+        pass  # it died meanwhile
+
+
+def _others() -> list[int]:
+    """Every process of this pid namespace but its init (this one)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit() and name != "1"]
 
 
 def report_error(sock: socket.socket, message: str) -> int:

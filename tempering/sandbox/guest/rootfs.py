@@ -12,29 +12,37 @@ unmount of the old root would wait for an RCU grace period, milliseconds on a bu
 and the new root is made read-only. Writable filesystems are filled later, after the init
 has dropped its privileges (`job`). The host checks the paths (`request.Mount`: absolute,
 normalised, not nested, not the sandbox's own); this module refuses a path that goes through
-a symlink. It runs only in inits that confine themselves after the job arrives.
+a symlink. A job's package layer, a folder of the sandbox's LAYERS (which no job's root
+shows), is bound read-only at LAYER_MOUNT. It runs only in inits that confine themselves
+after the job arrives.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 
 from . import archive, syscalls
 
 NEWROOT = "/.newroot"  # made by bwrap in sandboxes whose inits build a new root (bwrap.command)
+LAYERS = "/.layers"  # bwrap.LAYERS: every built package layer, bound by bwrap
+LAYER_MOUNT = "/opt/layer"  # request.LAYER_MOUNT: where a job sees its own
+_LAYER_NAME = re.compile(r"[0-9a-f]{64}")
 _FLAGS = syscalls.MS_NOSUID | syscalls.MS_NODEV
 _INODES = 16384
 
 
-def enter(mounts: list[dict], contents: list[bytes]) -> None:
+def enter(mounts: list[dict], contents: list[bytes], layer: str = "") -> None:
     """Make the new root with `mounts` ({"path", "writable", "size_mb"}; `contents` their
-    archives, in order), fill the read-only ones, and chroot into it. Raises OSError or
-    ValueError (a refused archive)."""
+    archives, in order) and `layer` (a layer's name, "" for none), fill the read-only ones,
+    and chroot into it. Raises OSError or ValueError (a refused archive or layer name)."""
     syscalls.mount("tmpfs", NEWROOT, "tmpfs", _FLAGS, "size=1m,nr_inodes=4096,mode=0755")
-    paths = [m["path"] for m in mounts]
+    paths = [m["path"] for m in mounts] + ([LAYER_MOUNT] if layer else [])
     _populate("/", NEWROOT, paths)
+    if layer:
+        _bind_layer(layer)
     for m, data in zip(mounts, contents):
         target = NEWROOT + m["path"]
         os.makedirs(target, mode=0o755, exist_ok=True)
@@ -50,14 +58,27 @@ def enter(mounts: list[dict], contents: list[bytes]) -> None:
     syscalls.mount(None, "/", None, syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY | _FLAGS)
 
 
+def _bind_layer(name: str) -> None:
+    """Bind the sandbox's layer `name` read-only at LAYER_MOUNT in the new root."""
+    if not _LAYER_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a layer's name")
+    source = os.path.join(LAYERS, name)
+    if not stat.S_ISDIR(os.lstat(source).st_mode):  # FileNotFoundError when not built
+        raise OSError(errno.ENOTDIR, f"layer {name} is not a folder")
+    target = NEWROOT + LAYER_MOUNT
+    os.makedirs(target, mode=0o755)
+    syscalls.mount(source, target, None, syscalls.MS_BIND | syscalls.MS_REC)
+    syscalls.mount(None, target, None, syscalls.MS_REMOUNT | syscalls.MS_BIND | syscalls.MS_RDONLY | _FLAGS)
+
+
 def _populate(src: str, dst: str, wanted: list[str]) -> None:
     """Bind src's entries into the new directory dst, recreating those on the way to a path
     in `wanted` (absolute paths under src) instead of binding them whole."""
     for name in os.listdir(src):
         source = os.path.join(src, name)
         target = os.path.join(dst, name)
-        if source == NEWROOT or source in wanted:
-            continue  # the new root itself; a requested path gets its own filesystem later
+        if source in (NEWROOT, LAYERS) or source in wanted:
+            continue  # the new root itself, every layer; a requested path gets its own filesystem later
         below = [p for p in wanted if p.startswith(source + "/")]
         st = os.lstat(source)
         if stat.S_ISLNK(st.st_mode):

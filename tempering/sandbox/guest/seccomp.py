@@ -5,9 +5,13 @@ guest runs on the bare system interpreter (stdlib only) and the one pip binding,
 has not been released since 2021. It checks the audit architecture first (x86_64 only; any
 other calling convention, such as 32-bit int 0x80, kills the process; x32 numbers get ENOSYS), then denies: mount
 and the new mount API, namespace creation and entry (unshare, setns, clone with CLONE_NEW*
-flags, clone3), ptrace and cross-process memory access, bpf, keyrings, io_uring,
-perf_event_open, module and kexec loading, reboot, swap, clock setting, socket families other
-than unix/inet/inet6 (vsock and netlink reach outside the network namespace), terminal
+flags, clone3), starting to trace a process that did not ask for it (ptrace's ATTACH and
+SEIZE: a process may still ask its parent to trace it, PTRACE_TRACEME, and a tracer work on
+its tracees) and cross-process memory access, bpf, keyrings, io_uring, perf_event_open,
+module and kexec loading, reboot, swap, clock setting, socket families other than
+unix/inet/inet6 and netlink's NETLINK_ROUTE (other netlink protocols and vsock reach outside
+the network namespace; NETLINK_ROUTE sees only the job's own, loopback, and changing it needs
+a capability no job holds: torch.distributed's gloo lists interfaces through it), terminal
 injection ioctls, and system calls newer than this table (ENOSYS until reviewed). Denied calls
 fail with EPERM (ENOSYS for clone3 so libc falls back to clone, whose flags are checkable).
 It does not confine the filesystem or the network: namespaces and mounts do that.
@@ -42,7 +46,7 @@ def _arg_low(i: int) -> int:
 
 # x86_64 numbers, from asm/unistd_64.h.
 DENIED = {
-    "ptrace": 101, "syslog": 103, "uselib": 134, "vhangup": 153, "modify_ldt": 154,
+    "syslog": 103, "uselib": 134, "vhangup": 153, "modify_ldt": 154,
     "pivot_root": 155, "_sysctl": 156, "adjtimex": 159, "chroot": 161, "acct": 163,
     "settimeofday": 164, "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168,
     "reboot": 169, "sethostname": 170, "setdomainname": 171, "iopl": 172, "ioperm": 173,
@@ -58,10 +62,12 @@ DENIED = {
     "pidfd_getfd": 438, "mount_setattr": 442, "quotactl_fd": 443, "memfd_secret": 447,
     "set_mempolicy_home_node": 450, "open_tree_attr": 467,
 }
-NR_IOCTL, NR_SOCKET, NR_CLONE, NR_PERSONALITY, NR_CLONE3 = 16, 41, 56, 135, 435
+NR_IOCTL, NR_SOCKET, NR_CLONE, NR_PTRACE, NR_PERSONALITY, NR_CLONE3 = 16, 41, 56, 101, 135, 435
 
 CLONE_NEW_FLAGS = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 ALLOWED_SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+AF_NETLINK, NETLINK_ROUTE = 16, 0
+DENIED_PTRACE = (16, 0x4206)  # PTRACE_ATTACH, PTRACE_SEIZE: the ways to trace an unwilling process
 DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI (type into a terminal), TIOCLINUX
 ALLOWED_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)  # as Docker's default profile
 
@@ -78,6 +84,7 @@ def build_program() -> bytes:
     a.jump(_JEQ_K, NR_CLONE3, "enosys", None)
     a.jump(_JEQ_K, NR_CLONE, "clone", None)
     a.jump(_JEQ_K, NR_SOCKET, "socket", None)
+    a.jump(_JEQ_K, NR_PTRACE, "ptrace", None)
     a.jump(_JEQ_K, NR_IOCTL, "ioctl", None)
     a.jump(_JEQ_K, NR_PERSONALITY, "personality", None)
     a.ret(RET_ALLOW)
@@ -89,7 +96,14 @@ def build_program() -> bytes:
     a.op(_LD_W_ABS, _arg_low(0))
     for family in ALLOWED_SOCKET_FAMILIES:
         a.jump(_JEQ_K, family, "allow", None)
-    a.ret(RET_ERRNO | errno.EAFNOSUPPORT)
+    a.jump(_JEQ_K, AF_NETLINK, None, "eafnosupport")
+    a.op(_LD_W_ABS, _arg_low(2))  # the netlink protocol
+    a.jump(_JEQ_K, NETLINK_ROUTE, "allow", "eafnosupport")
+    a.label("ptrace")
+    a.op(_LD_W_ABS, _arg_low(0))  # the request
+    for request in DENIED_PTRACE:
+        a.jump(_JEQ_K, request, "eperm", None)
+    a.ret(RET_ALLOW)
     a.label("ioctl")
     a.op(_LD_W_ABS, _arg_low(1))
     for request in DENIED_IOCTLS:
@@ -103,6 +117,8 @@ def build_program() -> bytes:
     a.ret(RET_ERRNO | errno.EPERM)
     a.label("enosys")
     a.ret(RET_ERRNO | errno.ENOSYS)
+    a.label("eafnosupport")
+    a.ret(RET_ERRNO | errno.EAFNOSUPPORT)
     a.label("allow")
     a.ret(RET_ALLOW)
     a.label("kill")

@@ -1,7 +1,7 @@
 """ctypes wrappers for the Linux calls the guest needs and Python 3.11's `os` module lacks.
 
-unshare, setns, mount, prctl, capset and installing a seccomp program, plus `fork_into`, the
-one way the guest forks. This module holds no policy: `job.py` decides what to mount and what
+unshare, setns, mount, prctl, capset, ptrace's detach and installing a seccomp program, plus
+`fork_into`, the one way the guest forks. This module holds no policy: `job.py` decides what to mount and what
 to drop. Linux with glibc only.
 """
 
@@ -28,6 +28,8 @@ MS_BIND = 4096
 MS_MOVE = 8192
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+
+PTRACE_DETACH = 17
 
 PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
@@ -66,6 +68,13 @@ def fork_into(fn, *args) -> int:
                 traceback.print_exc()  # to the zygote's stderr, which the host shows on failure
             os._exit(code)
     return pid
+
+
+def ptrace_detach(pid: int, signal_number: int) -> None:
+    """Stop tracing `pid` (a command that asked this process, its parent, to trace it),
+    delivering `signal_number` (0: none) as it resumes."""
+    _check(_libc.ptrace(ctypes.c_long(PTRACE_DETACH), ctypes.c_long(pid), None, ctypes.c_void_p(signal_number)),
+           "ptrace(PTRACE_DETACH)")
 
 
 def unshare(flags: int) -> None:
