@@ -62,3 +62,31 @@ def make_task(root: Path, name: str = "answer", dockerfile: str = DOCKERFILE, te
         (task / "solution").mkdir()
         (task / "solution" / "solve.sh").write_text(solve)
     return task
+
+
+def make_wheel(folder: Path, version: str) -> Path:
+    """A tiny pure-Python wheel, tempering-tiny VERSION, written by hand into `folder`: its module
+    says its version, a console script prints it, and a .pth file puts a folder of its own on
+    sys.path (its `tiny_extra` module imports only when .pth files are read)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"tempering_tiny-{version}.dist-info"
+    files = {
+        "tempering_tiny/__init__.py": f"VERSION = {version!r}\n\ndef main():\n    print(VERSION)\n",
+        "tempering_tiny_extra/tiny_extra.py": "FOUND = True\n",
+        "tempering_tiny.pth": "tempering_tiny_extra\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: tempering-tiny\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tempering-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist}/entry_points.txt": "[console_scripts]\ntiny-version = tempering_tiny:main\n",
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for name, text in files.items()]
+    files[f"{dist}/RECORD"] = "\n".join(record + [f"{dist}/RECORD,,"]) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"tempering_tiny-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path

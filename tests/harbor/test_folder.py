@@ -80,13 +80,17 @@ def test_what_cannot_be_honoured_is_refused_with_the_reason(tmp_path, text, why)
 def test_a_folder_is_loaded_with_its_config_and_needs(tmp_path):
     toml = ('[environment]\nmemory = "1G"\nstorage_mb = 100\ncpus = 2\n[verifier]\ntimeout_sec = 30\n'
             '[verifier.env]\nMODE = "strict"\n[tempering]\npython_packages = ["numpy"]\ncommands = ["git"]\n')
-    task = make_task(tmp_path, dockerfile="FROM x\nWORKDIR /app\nRUN pip install requests==2.31 && apt-get install -y jq\n")
+    dockerfile = "FROM x\nWORKDIR /app\nRUN pip install requests==2.31 && apt-get install -y jq\n"
+    task = make_task(tmp_path, dockerfile=dockerfile,
+                     solve="#!/bin/bash\npip install six==1.16.0 .\n")
     (task / "task.toml").write_text(toml)
     t = load(task)
     assert (t.config.memory_mb, t.config.storage_mb, t.config.cpus, t.config.verifier_timeout_s) == (1024, 100, 2.0, 30.0)
     assert t.config.verifier_env == {"MODE": "strict"} and t.workdir == "/app" and t.id == "answer"
-    assert t.needs.python == ("numpy", "pytest==8.4.1", "pytest-json-ctrf==0.3.5", "requests==2.31")
-    assert t.needs.apt == ("curl", "jq") and t.needs.commands == ("git", "pytest")
+    # The environment's: [tempering], RUN lines and solve.sh (`pip install .` names no package); the tests' own.
+    assert t.setup_needs.python == ("numpy", "requests==2.31", "six==1.16.0") and t.setup_needs.apt == ("jq",)
+    assert t.test_needs.isolated == ("pytest==8.4.1", "pytest-json-ctrf==0.3.5") and not t.test_needs.python
+    assert t.needs.apt == ("jq", "curl") and t.needs.commands == ("git", "pytest")
     assert t.tests.read("test.sh") is not None and t.solution.read("solve.sh") is not None
 
 
@@ -108,8 +112,12 @@ def test_installers_in_scripts_are_needs():
     n = find("sudo apt-get install -y --no-install-recommends gcc make=4.3 && pip3 install -q 'numpy>=1' \\\n"
              "  scipy; python3 -m pip install --index-url http://x flask; uv pip install rich\n"
              "uvx --with=polars -w attrs ruff check .; pip install $EXTRA\n")
-    assert n.python == ("numpy>=1", "scipy", "flask", "rich", "polars", "attrs")
+    assert n.python == ("numpy>=1", "scipy", "flask", "rich") and n.isolated == ("polars", "attrs")
     assert n.apt_names == ["gcc", "make"] and n.commands == ("ruff",)
+    # Options with values are skipped whole; local paths and URLs are no package's name.
+    n = find("uvx --index-strategy unsafe-best-match -p 3.13 --with 'a==1,b' pytest -q\n"
+             "pip install -e . ./pkg /abs/x.whl https://h/p.tar.gz 'c[extra]>=2' --python-version 3.11\n")
+    assert n.commands == ("pytest",) and n.isolated == ("a==1", "b") and n.python == ("c[extra]>=2",)
 
 
 @pytest.mark.parametrize("files, reward, why", [
@@ -128,3 +136,21 @@ def test_installers_in_scripts_are_needs():
 def test_reward_files_are_read_as_harbor_reads_them(files, reward, why):
     rewards, reason = read_reward(files)
     assert rewards.get("reward") == reward and why in reason
+
+
+def test_copy_outside_the_workdir_fills_folders_of_their_own(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.csv").write_text("a,b\n")
+    (tmp_path / "tool.sh").write_text("echo\n")
+    env = interpret("FROM b\nWORKDIR /srv/app\nCOPY data /data\nCOPY tool.sh /opt/tool/bin/\n"
+                    "COPY data/in.csv /srv/in/\nCOPY --from=ghcr.io/astral-sh/uv:0.9 /uv /uvx /bin/\n", tmp_path)
+    assert {path: ws.names() for path, ws in env.outside.items()} == {
+        "/data": ["in.csv"], "/opt/tool": ["bin", "bin/tool.sh"], "/srv/in": ["in.csv"]}
+    assert not env.steps and "the toolchain's uv and uvx stand in" in env.notes[0]
+    for text, why in (("COPY tool.sh /usr/local/bin/", "sandbox's own system"),
+                      ("COPY tool.sh /opt/toolchain/x/", "sandbox's own system"),
+                      ("COPY tool.sh /tool.sh", "is a file outside"),
+                      ("COPY data /srv/", "holds the final WORKDIR"),
+                      ("COPY --from=ghcr.io/astral-sh/uv:0.9 /etc/x /srv/app/", "COPY --from")):
+        with pytest.raises(Unsupported, match=why):
+            interpret(f"FROM b\nWORKDIR /srv/app\n{text}\n", tmp_path)

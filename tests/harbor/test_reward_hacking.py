@@ -46,6 +46,11 @@ ATTACKS = {
     "reward then block the write": "cat > answer.py <<'EOF'\nimport os\n"
                                    "open('/logs/verifier/reward.txt', 'w').write('1')\n"
                                    "os.chmod('/logs/verifier/reward.txt', 0o444)\nprint(0)\nEOF\n",
+    # /tests is writable (test scripts build there): code under test appends a reward to test.sh,
+    # which a shell reading its script as it goes would run once the tests are done
+    "appended to test.sh": "cat > answer.py <<'EOF'\n"
+                           "open('/tests/test.sh', 'a').write('\\necho 1 > /logs/verifier/reward.txt; exit 0\\n')\n"
+                           "print(0)\nEOF\n",
     # ... or turns reward.txt into a symlink to a file that says 1 (the verifier writes through it)
     "reward file as a symlink": "cat > answer.py <<'EOF'\nimport os\n"
                                 "open('/logs/verifier/one', 'w').write('1')\n"

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from harbor_helpers import make_task, needs_sandbox
+from harbor_helpers import TB_TEST_SH, make_task, needs_sandbox
 from tempering.cli import main
 from tempering.sandbox import ExecTag
 from tempering.sandbox.toolchain import Toolchain, default_dir
@@ -41,7 +41,6 @@ def test_an_episode_session_and_its_verification(sandbox, tmp_path):
 
 @pytest.mark.parametrize("run, why", [
     ("curl -fsS https://pypi.org/simple/ -o index.html", "Could not resolve host"),
-    ("pip install definitely-not-in-the-toolchain==1.0", "definitely-not-in-the-toolchain==1.0"),
     ("apt-get update && apt-get install -y definitely-not-a-package", "Unable to locate package"),
 ])
 def test_set_up_that_needs_the_network_is_skipped_with_the_reason(sandbox, tmp_path, run, why):
@@ -51,7 +50,29 @@ def test_set_up_that_needs_the_network_is_skipped_with_the_reason(sandbox, tmp_p
     assert not e.value.infrastructure
 
 
-def test_the_importer_lists_runnable_and_skipped_folders_with_reasons(sandbox, tmp_path):
+def test_a_package_pypi_does_not_give_is_one_line_before_any_run(sandbox, tmp_path, local_index):
+    task = harbor.load(make_task(tmp_path, dockerfile="FROM x\nWORKDIR /app\nRUN pip install not-on-pypi==1.0\n"))
+    with pytest.raises(harbor.Unrunnable, match="needs Python packages the toolchain lacks .not-on-pypi==1.0. and "
+                                                "their layer could not be built: pip could not install") as e:
+        harbor.build(task, sandbox)
+    assert "\n" not in str(e.value)
+
+
+def test_copied_folders_outside_the_workdir_and_a_writable_tests_folder(sandbox, tmp_path):
+    """COPY to /data: every command of the task sees it (RUN lines, the solution, the tests).
+    /tests is a fresh writable copy: test.sh may build there."""
+    dockerfile = "FROM x\nWORKDIR /app\nCOPY data /data\nRUN cp /data/in.txt seen-at-build.txt\n"
+    test_sh = "gcc -x c -o /tests/helper - <<< 'int main(void) { return 0; }' && /tests/helper && \\\n" + TB_TEST_SH
+    tests = ("from pathlib import Path\n\ndef test_data():\n    assert Path('/app/seen-at-build.txt').read_text() == "
+             "Path('/data/in.txt').read_text() == Path('/app/copied.txt').read_text() == 'input\\n'\n")
+    folder = make_task(tmp_path, dockerfile=dockerfile, test_sh=test_sh, tests=tests,
+                       solve="#!/bin/bash\ncp /data/in.txt copied.txt\n", context={"data/in.txt": "input\n"})
+    task = harbor.load(folder)
+    assert harbor.run_trial(sandbox, task).reward == 1.0
+    assert harbor.run_trial(sandbox, task, harbor.NOOP).reward == 0.0
+
+
+def test_the_importer_lists_runnable_and_skipped_folders_with_reasons(sandbox, tmp_path, local_index):
     make_task(tmp_path / "good")
     make_task(tmp_path / "net", dockerfile="FROM x\nWORKDIR /app\nRUN curl -fsS https://example.com\n")
     make_task(tmp_path / "multi", dockerfile="FROM a AS b\nFROM c\nWORKDIR /app\n")
@@ -65,7 +86,7 @@ def test_the_importer_lists_runnable_and_skipped_folders_with_reasons(sandbox, t
     assert results["good"].runnable and (results["good"].oracle, results["good"].noop) == (1.0, 0.0)
     why = {name: r.reason for name, r in results.items() if not r.runnable}
     assert "Could not resolve host" in why["net"] and "multi-stage" in why["multi"]
-    assert "python package no-such-package-x" in why["lacks"]
+    assert "Python packages the toolchain lacks (no-such-package-x)" in why["lacks"]
     assert "doing nothing scores 1.0" in why["weak"] and "the oracle scores 0.0" in why["wrong"]
 
 

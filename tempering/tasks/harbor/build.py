@@ -2,16 +2,19 @@
 
 `build` applies the Dockerfile's steps in order: COPY on the host (`Workspace`), RUN as a
 command of a sandbox session on the workspace so far (offline, confined like any command,
-with the Dockerfile's ENV and ARG values, HOME outside the workspace and the toolchain's
-installer shims on PATH). All RUN lines together get the task's build timeout (capped by
-`Limits.build_s`). A RUN that fails (no network, a package the toolchain lacks) makes the task
-`Unrunnable`, with the line and the tail of its output; so does a sandbox failure, marked as
-one. `setup_session_spec` is the session an episode starts from. It keeps nothing but the resulting workspace: effects outside WORKDIR are lost, as the
-session's own commands will lose them too.
+with the Dockerfile's ENV and ARG values, HOME outside the workspace, the toolchain's
+installer shims on PATH and the task's environment package layer, built first: `packages`).
+All RUN lines together get the task's build timeout (capped by `Limits.build_s`). A RUN that
+fails (no network, a package the toolchain lacks) makes the task `Unrunnable`, with the line
+and the tail of its output; so does a sandbox failure, marked as one, and a layer that
+cannot be built. `setup_session_spec` is the session an episode starts from. It keeps nothing
+but the resulting workspace: effects outside WORKDIR are lost (the folders COPY fills there
+come fresh from the Dockerfile in every session), as the session's own commands lose them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from tempering.records import ExecReason
 from tempering.sandbox.request import ExecTag, Sandbox
 from tempering.sandbox.session import SessionSpec
 from tempering.sandbox.workspace import Workspace
+from tempering.tasks.harbor import packages
 from tempering.tasks.harbor.dockerfile import Copy, Run
 from tempering.tasks.harbor.folder import HarborTask, Limits, Unrunnable, load_cached
 
@@ -36,6 +40,7 @@ class SetupFailed(Unrunnable):
 def build(task: HarborTask, sandbox: Sandbox, limits: Limits = Limits(), tag: ExecTag = ExecTag()) -> Workspace:
     """The workspace at WORKDIR once every step of the Dockerfile has run."""
     ws = Workspace()
+    layer = packages.layers(task, sandbox.toolchain).environment_name
     deadline = time.monotonic() + min(task.config.build_timeout_s, limits.build_s)
     for step in task.environment.steps:
         if isinstance(step, Copy):
@@ -44,7 +49,7 @@ def build(task: HarborTask, sandbox: Sandbox, limits: Limits = Limits(), tag: Ex
             except ValueError as e:
                 raise Unrunnable(f"{task.path}: Dockerfile line {step.line} (COPY): {e}") from None
             continue
-        ws = _run(task, sandbox, ws, step, deadline - time.monotonic(), limits, tag)
+        ws = _run(task, sandbox, ws, step, deadline - time.monotonic(), limits, tag, layer)
     if ws.size > limits.disk_mb << 20:
         raise Unrunnable(f"{task.path}: the environment holds {ws.size} bytes, over the {limits.disk_mb} MB workspace")
     return ws
@@ -55,16 +60,18 @@ def setup_session_spec(folder: str | Path, sandbox: Sandbox, limits: Limits = Li
     """What an episode of the task at `folder` starts from: its environment built now (RUN
     lines run in `sandbox`), as `HarborTask.session_spec`. Raises Unrunnable."""
     task = load_cached(folder)
-    return task.session_spec(build(task, sandbox, limits, tag), tag, limits)
+    found = packages.layers(task, sandbox.toolchain)  # the verifier's built too: refused now if it cannot be
+    return task.session_spec(build(task, sandbox, limits, tag), tag, limits, layer=found.environment_name)
 
 
 def _run(task: HarborTask, sandbox: Sandbox, ws: Workspace, step: Run, left_s: float, limits: Limits,
-         tag: ExecTag) -> Workspace:
+         tag: ExecTag, layer: str) -> Workspace:
     where = f"{task.path}: Dockerfile line {step.line} (RUN {_short(step.text)})"
     if left_s <= 0:
-        raise Unrunnable(f"{where}: the build timeout of {task.config.build_timeout_s} s is spent")
-    spec = SessionSpec(workdir=task.workdir, workspace=ws, env=dict(step.env), disk_mb=limits.disk_mb,
-                       max_commands=1, wall_s=left_s, cpu_s=left_s * task.config.cpus, tag=tag)
+        raise Unrunnable(f"{task.path}: the build timeout of {task.config.build_timeout_s} s is spent before "
+                         f"Dockerfile line {step.line}")
+    spec = task.session_spec(ws, tag, limits, wall_s=left_s, max_commands=1, layer=layer)
+    spec = dataclasses.replace(spec, env=dict(step.env))
     with sandbox.open_session(spec) as session:
         r = session.run(step.command, time_limit_s=left_s, memory_mb=min(task.config.memory_mb, limits.memory_mb))
         if r.reason == ExecReason.SANDBOX_ERROR:

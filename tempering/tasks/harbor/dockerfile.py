@@ -1,17 +1,21 @@
 """A task's Dockerfile, interpreted instead of built: what the starting workspace holds and
 which commands prepare it.
 
-No Docker and no base image: the sandbox's own system stands in for FROM, and only the final
-WORKDIR is kept (it becomes the session's workspace). `interpret` reads the instructions in
-order: COPY and ADD of local files (from the build context, `environment/`) into that
-WORKDIR become `Copy` steps, WORKDIR lines below it become directories, RUN becomes a `Run`
-step (run offline in the sandbox at set-up, `build`), ENV and ARG set the environment (ARG for
-RUN only, ENV for everything after), SHELL sets RUN's shell. CMD, ENTRYPOINT, EXPOSE, LABEL,
-USER, VOLUME, HEALTHCHECK, STOPSIGNAL and ONBUILD change nothing here and are noted. What
-cannot be honoured raises `Unsupported` naming the line: multi-stage builds (a second FROM,
-COPY --from), ADD of a URL or an archive, heredocs, paths outside the final WORKDIR or the
-build context, another escape character. Reading the text into instructions and their words
-(continuations, JSON form, variables, quoting) is `dockerfile_syntax`'s.
+No Docker and no base image: the sandbox's own system stands in for FROM, and the final
+WORKDIR becomes the session's workspace. `interpret` reads the instructions in order: COPY
+and ADD of local files (from the build context, `environment/`) into that WORKDIR become
+`Copy` steps; into a folder of their own elsewhere (/data, /opt/x: one the sandbox's system
+does not have) they fill `Environment.outside`, mounted writable in every session (what RUN
+lines change there is not kept); WORKDIR lines below the final one become directories, RUN
+becomes a `Run` step (run offline in the sandbox at set-up, `build`), ENV and ARG set the
+environment (ARG for RUN only, ENV for everything after), SHELL sets RUN's shell. CMD,
+ENTRYPOINT, EXPOSE, LABEL, USER, VOLUME, HEALTHCHECK, STOPSIGNAL and ONBUILD change nothing
+here and are noted, and so is COPY --from of uv's image (the toolchain's uv and uvx stand in).
+What cannot be honoured raises `Unsupported` naming the line: multi-stage builds (a second
+FROM, COPY --from another stage or image), ADD of a URL or an archive, heredocs, COPY into the
+sandbox's own system folders (/usr, /etc, ...) or from outside the build context, another
+escape character. Reading the text into instructions and their words (continuations, JSON
+form, variables, quoting) is `dockerfile_syntax`'s.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from tempering.tasks.harbor.dockerfile_syntax import (Unsupported, env_pairs, in
 
 _IGNORED = ("CMD", "ENTRYPOINT", "EXPOSE", "LABEL", "MAINTAINER", "USER", "VOLUME", "HEALTHCHECK", "STOPSIGNAL",
             "ONBUILD")
+# Top-level folders of the sandbox's own system, and of /opt: a COPY cannot add a folder there.
+_SYSTEM = {"", "bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "run", "sbin", "sys",
+           "tmp", "usr", "workspace", ".newroot", ".layers", "tests", "solution", "logs"}
+_SYSTEM_OPT = {"tempering", "toolchain", "layer"}
+_UV_IMAGE = re.compile(r"(ghcr\.io/)?astral-sh/uv(:[\w.-]+)?(@\S+)?")
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Environment:
     env: Mapping[str, str]  # the final ENV: what the agent's commands and the tests get
     steps: tuple[Copy | Run, ...]
     notes: tuple[str, ...] = ()  # instructions that changed nothing here, and why
+    outside: Mapping[str, Workspace] = field(default_factory=dict)  # folder outside WORKDIR -> what COPY put there
 
 
 @dataclass
@@ -87,6 +97,7 @@ class _State:
     base: str = ""
     steps: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    outside: dict = field(default_factory=dict)
 
 
 def interpret(text: str, context: Path) -> Environment:
@@ -107,7 +118,8 @@ def interpret(text: str, context: Path) -> Environment:
             raise Unsupported(f"{where}: unknown or unsupported instruction")
     if not state.base:
         raise Unsupported("Dockerfile: no FROM line")
-    return Environment(state.base, final, dict(state.env), tuple(state.steps), tuple(state.notes))
+    return Environment(state.base, final, dict(state.env), tuple(state.steps), tuple(state.notes),
+                       dict(state.outside))
 
 
 def _final_workdir(todo: list[tuple[int, str, str]]) -> str:
@@ -178,18 +190,20 @@ def _copy(state: _State, number: int, args: str, final: str, where: str, add: bo
     while words and words[0].startswith("--"):
         name, _, value = words.pop(0)[2:].partition("=")
         options[name] = value
-    if "from" in options:
-        raise Unsupported(f"{where}: COPY --from (multi-stage) is not supported")
-    unknown = set(options) - {"chown", "chmod", "link"}
+    unknown = set(options) - {"chown", "chmod", "link", "from"}
     if unknown:
         raise Unsupported(f"{where}: options {sorted(unknown)} are not supported")
     if len(words) < 2:
         raise Unsupported(f"{where}: needs a source and a destination")
     *sources, dest = words
+    if "from" in options:
+        _copy_from(state, options["from"], sources, where)
+        return
     target = posixpath.normpath(posixpath.join(state.workdir, dest))
-    rel = _inside(target, final)
+    rel, root = _inside(target, final), ""
     if rel is None:
-        raise Unsupported(f"{where}: {dest} is outside the final WORKDIR {final} (only that directory is kept)")
+        root = _outside_root(target, final, where)
+        rel = _inside(target, root)
     mode = int(options["chmod"], 8) if options.get("chmod") else None
     content, multiple = Workspace(), len(sources) > 1
     for source in sources:
@@ -201,8 +215,42 @@ def _copy(state: _State, number: int, args: str, final: str, where: str, add: bo
             part = Workspace.from_dir(path) if path.is_dir() else Workspace.from_files(
                 {path.name: path.read_bytes()}, path.stat().st_mode & 0o777)
             content = content.merge("", _chmod(part, mode) if mode is not None else part)
-    into = multiple or dest.endswith("/")
-    state.steps.append(Copy(rel, content, into_dir=into, line=number))
+    step = Copy(rel, content, into_dir=multiple or dest.endswith("/"), line=number)
+    if root and rel == "" and not step.into_dir:
+        raise Unsupported(f"{where}: {target} is a file outside the final WORKDIR {final} (only folders of files "
+                          "can be added there)")
+    if root:
+        state.outside[root] = step.apply(state.outside.get(root, Workspace()))
+    else:
+        state.steps.append(step)
+
+
+def _copy_from(state: _State, source: str, paths: list[str], where: str) -> None:
+    """COPY --from: only uv's own image, whose uv and uvx the toolchain's shims stand in for."""
+    if _UV_IMAGE.fullmatch(source) and {posixpath.basename(p) for p in paths} <= {"uv", "uvx"}:
+        state.notes.append(f"{where}: uv's binaries from {source}: the toolchain's uv and uvx stand in")
+        return
+    raise Unsupported(f"{where}: COPY --from={source} (files from another build stage or image: multi-stage "
+                      "builds) is not supported")
+
+
+def _outside_root(target: str, workdir: str, where: str) -> str:
+    """The folder of its own, outside `workdir`, that COPY's `target` lies in: the first folder
+    below what target and workdir share (/data for /data/x, /srv/in for /srv/in/a.csv with a
+    WORKDIR of /srv/app), or below /opt (/opt/tool for /opt/tool/bin). Unsupported when that is
+    a folder of the sandbox's system (/usr, /etc, ...) or of Harbor's (/tests, /logs)."""
+    parts, shared = target.strip("/").split("/"), workdir.strip("/").split("/")
+    depth = next((i for i, (a, b) in enumerate(zip(parts, shared)) if a != b), len(shared))
+    if parts[0] == "opt":
+        depth = max(depth, 1)  # /opt holds the sandbox's own folders: a task's gets one below it
+    root = "/" + "/".join(parts[:depth + 1])
+    if parts[0] in _SYSTEM or (parts[0] == "opt" and parts[1:2] and parts[1] in _SYSTEM_OPT):
+        raise Unsupported(f"{where}: {target} is outside the final WORKDIR {workdir}, in a folder of the sandbox's "
+                          f"own system (only new folders, such as /data, can be added)")
+    if workdir.startswith(root + "/"):
+        raise Unsupported(f"{where}: {target} holds the final WORKDIR {workdir} (only it, or folders beside it, "
+                          "can be filled)")
+    return root
 
 
 def _sources(context: Path, source: str, where: str) -> list[Path]:

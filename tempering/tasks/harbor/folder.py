@@ -5,10 +5,11 @@ The layout: `instruction.md` (the prompt), `task.toml` (timeouts and resources; 
 and the files beside it (the hidden tests, kept as a pristine archive), and optionally
 `solution/solve.sh` (the oracle). A task may say what it needs from the toolchain in
 task.toml's `[tempering]` table (`commands`, `python_packages`, `apt_packages`); what its
-scripts install is added (`needs`). `load` reads and checks all of it and raises `Unrunnable`
-naming the file and what is wrong; it runs nothing. `Limits` are the runner's caps on what a
-task.toml may ask for (timeouts, memory) and the sizes it gives (workspace, logs).
-`HarborTask.session_spec` is what an episode's sandbox session starts from.
+scripts install is added: the Dockerfile's RUN lines and solve.sh set the environment up
+(`setup_needs`), test.sh the verifier's (`test_needs`). `load` reads and checks all of it
+and raises `Unrunnable` naming the file and what is wrong; it runs nothing. `Limits` are the
+runner's caps on what a task.toml may ask for (timeouts, memory) and the sizes it gives
+(workspace, logs). `HarborTask.session_spec` is what an episode's sandbox session starts from.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ class Limits:
     command's process and output limits are not here: task.toml has no such settings, so its
     commands get `[sandbox]`'s `pids` and `output_limit_bytes`, as every session command does."""
 
-    verifier_s: float = 600.0  # the most test.sh may run, whatever task.toml asks
-    agent_s: float = 600.0  # the most a solution script (the oracle) may run
-    build_s: float = 600.0  # the most all RUN lines together may run
-    memory_mb: int = 2048
+    # The task's own timeouts apply up to these (Terminal-Bench 2's reach 3,600 s for the agent
+    # and 12,000 s for one verifier); its memory up to memory_mb (its tasks ask 2-8 GB).
+    verifier_s: float = 14400.0  # the most test.sh may run, whatever task.toml asks
+    agent_s: float = 14400.0  # the most a solution script (the oracle) may run
+    build_s: float = 14400.0  # the most all RUN lines together may run
+    memory_mb: int = 8192
     disk_mb: int = 256  # the workspace (a tmpfs: it counts as memory)
     logs_mb: int = 16  # /logs/verifier and /logs/agent
 
@@ -73,23 +76,36 @@ class HarborTask:
     environment: Environment
     tests: Workspace  # tests/, pristine: what /tests holds at verification
     solution: Workspace | None  # solution/, when the folder has solve.sh
-    needs: needs.Needs
+    needs: needs.Needs  # all of them: setup_needs | test_needs
+    setup_needs: needs.Needs = field(default_factory=needs.Needs)  # [tempering], RUN lines and solve.sh
+    test_needs: needs.Needs = field(default_factory=needs.Needs)  # test.sh
 
     @property
     def workdir(self) -> str:
         return self.environment.workdir
 
     def session_spec(self, workspace: Workspace, tag: ExecTag = ExecTag(), limits: Limits = Limits(),
-                     mounts: tuple[Mount, ...] = (), wall_s: float | None = None, max_commands: int = 64) -> SessionSpec:
+                     mounts: tuple[Mount, ...] = (), wall_s: float | None = None, max_commands: int = 64,
+                     layer: str = "") -> SessionSpec:
         """An episode's session on `workspace` (the built environment, `build`): at WORKDIR,
-        with the Dockerfile's ENV, a /logs/agent kept across commands, and `mounts` (e.g.
-        /solution for the oracle). Budgets: the task's agent timeout (capped) unless `wall_s`."""
+        with the Dockerfile's ENV, the folders its COPY lines fill outside WORKDIR (fresh from
+        the Dockerfile in each session, kept across its commands), a /logs/agent kept across
+        commands, `mounts` (e.g. /solution for the oracle) and the package `layer` ("": none).
+        Budgets: the task's agent timeout (capped) unless `wall_s`."""
         wall = wall_s if wall_s is not None else min(self.config.agent_timeout_s, limits.agent_s)
         logs = Mount(AGENT_LOGS, writable=True, collect=True, size_mb=limits.logs_mb)
         disk = min(self.config.storage_mb or limits.disk_mb, limits.disk_mb)
+        outside = tuple(Mount(path, content, writable=True, collect=True, size_mb=_fitting(content, disk))
+                        for path, content in self.environment.outside.items())
         return SessionSpec(workdir=self.workdir, workspace=workspace, env=dict(self.environment.env),
-                           disk_mb=max(disk, -(-workspace.size // (1 << 20)) + 1), max_commands=max_commands,
-                           cpu_s=wall * self.config.cpus, wall_s=wall, tag=tag, mounts=(logs, *mounts))
+                           disk_mb=_fitting(workspace, disk), max_commands=max_commands,
+                           cpu_s=wall * self.config.cpus, wall_s=wall, tag=tag, mounts=(logs, *outside, *mounts),
+                           layer=layer)
+
+
+def _fitting(content: Workspace, disk_mb: int) -> int:
+    """A filesystem of `disk_mb` megabytes, or more when `content` would not fit in it."""
+    return max(disk_mb, -(-content.size // (1 << 20)) + 1)
 
 
 def read_only(path: str, content: Workspace) -> Mount:
@@ -112,13 +128,15 @@ def load(path: str | Path) -> HarborTask:
         solution = Workspace.from_dir(root / "solution") if (root / "solution/solve.sh").is_file() else None
     except (ValueError, OSError, UnicodeDecodeError) as e:  # dockerfile.Unsupported is a ValueError
         raise Unrunnable(f"{root}: {e}") from None
-    scripts = [(root / "tests/test.sh").read_text(errors="replace")]
-    scripts += [step.text for step in env.steps if isinstance(step, dockerfile.Run)]
-    found = config.needs
-    for text in scripts:
-        found = found | needs.find(text)
+    setup = [step.text for step in env.steps if isinstance(step, dockerfile.Run)]
+    if solution is not None:
+        setup.append((solution.read("solve.sh") or b"").decode(errors="replace"))
+    setup_needs = config.needs
+    for text in setup:
+        setup_needs = setup_needs | needs.find(text)
+    test_needs = needs.find((root / "tests/test.sh").read_text(errors="replace"))
     return HarborTask(root, root.name, (root / "instruction.md").read_text(errors="replace"), config, env,
-                      tests, solution, found)
+                      tests, solution, setup_needs | test_needs, setup_needs, test_needs)
 
 
 @functools.lru_cache(maxsize=256)

@@ -3,11 +3,13 @@ each either runnable or skipped with the reason.
 
 `find_folders` walks the paths for task folders (a directory with instruction.md and
 tests/test.sh; it does not look inside one). `scan` checks each: it loads (folder and
-Dockerfile), compares its needs with the toolchain, and, given a sandbox, builds its
-environment (RUN lines run offline: one that needs the network fails here), runs the oracle
-(which must score 1) and a no-op (which must score 0, or the tests do not test the work).
-A folder is runnable when every check asked for passed. The `terminal` domain can take its
-tasks from the runnable ones; `tempering tasks import` prints them.
+Dockerfile), compares its Debian packages and commands with the toolchain, and, given a
+sandbox, builds its package layers (`packages`: from PyPI, once; without a sandbox it only
+says which are not built yet) and its environment (RUN lines run offline: one that needs the
+network fails here), runs the oracle (which must score 1) and a no-op (which must score 0,
+or the tests do not test the work). A folder is runnable when every check asked for passed;
+a skipped one says why in one line, every cause it found up front. The `terminal` domain can
+take its tasks from the runnable ones; `tempering tasks import` prints them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Iterable, Iterator
 
 from tempering.sandbox.request import Sandbox
 from tempering.sandbox.toolchain import Toolchain
+from tempering.tasks.harbor import packages
 from tempering.tasks.harbor.build import SetupFailed, build
 from tempering.tasks.harbor.folder import HarborTask, Limits, Unrunnable, load
 from tempering.tasks.harbor.trial import NOOP, check_needs, run_trial
@@ -39,8 +42,8 @@ class Scan:
         return {"path": str(self.path), "task": t.id if t else self.path.name, "runnable": self.runnable,
                 "reason": self.reason, "oracle": self.oracle, "noop": self.noop, "failed": self.failed,
                 "workdir": t.workdir if t else None,
-                "needs": {"python": list(t.needs.python), "apt": list(t.needs.apt), "commands": list(t.needs.commands)}
-                if t else None}
+                "needs": {"python": list(t.needs.python), "uvx": list(t.needs.isolated), "apt": list(t.needs.apt),
+                          "commands": list(t.needs.commands)} if t else None}
 
 
 def find_folders(roots: Iterable[str | Path]) -> list[Path]:
@@ -76,8 +79,14 @@ def check(path: Path, toolchain: Toolchain | None, sandbox: Sandbox | None = Non
     missing = check_needs(task, toolchain)
     if missing:
         return Scan(path, task, False, f"needs what the toolchain lacks: {', '.join(missing)}")
+    try:
+        found = packages.layers(task, toolchain, build_them=sandbox is not None)
+    except Unrunnable as e:
+        return Scan(path, task, False, str(e))
     if sandbox is None:
-        return Scan(path, task, True, "loaded; needs met (environment not built)")
+        unbuilt = [r for layer in found.unbuilt for r in layer.requirements]
+        later = f"; Python packages to fetch into a layer: {', '.join(dict.fromkeys(unbuilt))}" if unbuilt else ""
+        return Scan(path, task, True, f"loaded; needs met (environment not built{later})")
     try:
         workspace = build(task, sandbox, limits)
         scores = {}

@@ -1,10 +1,13 @@
 """Verifying a workspace: a task's hidden tests run on a copy of it, and the reward they write.
 
 `verify` opens a fresh sandbox session on the workspace at WORKDIR (a copy: the episode's own
-is untouched), with the pristine tests read-only at /tests, an empty writable /logs/verifier
-and /logs/agent, a fresh HOME, and runs `bash /tests/test.sh` there under the task's verifier
-timeout (capped by `Limits.verifier_s`). Reward hacking is closed at each door a workspace
-could open: the tests come from the task folder, never from the workspace; nothing of the
+is untouched), with a fresh writable copy of the pristine tests at /tests (test scripts build
+and write there; the agent never saw it), an empty writable /logs/verifier and /logs/agent, a
+fresh HOME and the task's verifier package layer (`packages`), and runs /tests/test.sh with
+bash there under the task's verifier timeout (capped by `Limits.verifier_s`). Reward hacking
+is closed at each door a workspace could open: the tests come from the task folder, never
+from the workspace, and bash reads test.sh whole before it runs a line of it (`. test.sh`, not
+`bash test.sh`, which reads as it goes: code under test could append to it); nothing of the
 workspace is on the import path when Python starts (no PYTHONPATH of ours names it, user
 site-packages are off, HOME is not in it); the toolchain's pytest runs with -I and finds its
 plugins and conftest.py files only under /tests (--rootdir and --confcutdir pinned through
@@ -12,8 +15,9 @@ PYTEST_ADDOPTS); the reward is read only from the fresh /logs/verifier, only as 
 (not through a symlink), only when test.sh ended by itself (killed by a signal, its deadline,
 its output cap or its memory limit: 0, whatever had been written) and, for a positive reward,
 only when test.sh exited 0. Not closed: code under test runs as the same user as test.sh, so
-a process it leaves behind can race test.sh's own write of the reward (Harbor has the same
-hole); closing it needs a second user inside the sandbox. `read_reward` follows Harbor: reward.json first (its "reward", or
+a process it leaves behind can race test.sh's own write of the reward, and code that runs
+before a test reads its data files in /tests could change them (Harbor has both holes);
+closing them needs a second user inside the sandbox. `read_reward` follows Harbor: reward.json first (its "reward", or
 its only number), then reward.txt (one number). A missing or unparsable reward is 0 with the
 reason; a sandbox failure is `failed` (infrastructure, never a training signal).
 """
@@ -30,12 +34,15 @@ from typing import Mapping
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.request import ExecTag, Mount, Sandbox
 from tempering.sandbox.workspace import Workspace
-from tempering.tasks.harbor.folder import TESTS, VERIFIER_LOGS, HarborTask, Limits, load_cached, read_only
+from tempering.tasks.harbor import packages
+from tempering.tasks.harbor.folder import TESTS, VERIFIER_LOGS, HarborTask, Limits, load_cached
 
 # What the verifier's environment pins, over the task's own ENV.
 HARDENING = {"PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
              "PYTEST_ADDOPTS": f"--rootdir={TESTS} --confcutdir={TESTS} -p no:cacheprovider"}
 _TAIL = 4000  # characters of test.sh's output kept in a verdict
+# test.sh as Harbor runs it (bash /tests/test.sh: $0 and BASH_SOURCE name it), but read whole first.
+TEST_COMMAND = ("bash", "-c", '. "$0"', f"{TESTS}/test.sh")
 
 
 @dataclass(frozen=True)
@@ -54,14 +61,26 @@ def verify(task: HarborTask, sandbox: Sandbox, workspace: Workspace, tag: ExecTa
            limits: Limits = Limits()) -> Verdict:
     """Run the task's tests on `workspace` and read the reward they wrote."""
     timeout = min(task.config.verifier_timeout_s, limits.verifier_s)
-    mounts = (read_only(TESTS, task.tests), Mount(VERIFIER_LOGS, writable=True, collect=True, size_mb=limits.logs_mb))
-    spec = task.session_spec(workspace, tag, limits, mounts=mounts, wall_s=timeout, max_commands=1)
-    spec = dataclasses.replace(spec, env={**spec.env, **task.config.verifier_env, **HARDENING})
+    layer = packages.ensure(task, packages.layers(task, sandbox.toolchain, build_them=False).verifier)
+    spec = task.session_spec(workspace, tag, limits, mounts=verifier_mounts(task, limits), wall_s=timeout,
+                             max_commands=1, layer=layer)
+    spec = dataclasses.replace(spec, env={**spec.env, **verifier_env(task)})
     with sandbox.open_session(spec) as session:
-        r = session.run(("bash", f"{TESTS}/test.sh"), time_limit_s=timeout,
-                        memory_mb=min(task.config.memory_mb, limits.memory_mb))
+        r = session.run(TEST_COMMAND, time_limit_s=timeout, memory_mb=min(task.config.memory_mb, limits.memory_mb))
         logs = session.collected(VERIFIER_LOGS)
     return judge(r, logs)
+
+
+def verifier_mounts(task: HarborTask, limits: Limits, tests: Workspace | None = None) -> tuple[Mount, ...]:
+    """/tests, writable, holding `tests` (default: the task's), and an empty /logs/verifier."""
+    tests = task.tests if tests is None else tests
+    return (Mount(TESTS, tests, writable=True, size_mb=max(16, 2 * (task.tests.size >> 20) + 16)),
+            Mount(VERIFIER_LOGS, writable=True, collect=True, size_mb=limits.logs_mb))
+
+
+def verifier_env(task: HarborTask) -> dict[str, str]:
+    """What test.sh's environment adds to the task's: its [verifier] env, then our hardening."""
+    return {**task.config.verifier_env, **HARDENING}
 
 
 def verify_folder(folder: str | Path, sandbox: Sandbox, workspace: Workspace, tag: ExecTag = ExecTag(),
