@@ -66,3 +66,50 @@ def test_every_shipped_family_passes_the_check():
     assert len(rows) > 120 and families == {"reasoning", "finance", "cad", "terminal", "sorting", "strings", "code",
                                             "files", "arithmetic"}
     assert all(row["oracle"] == 1.0 for row in rows)
+
+
+PLUGIN = """
+import random
+
+from tempering.records import Budget, Task
+from tempering.tasks import Domain
+from tempering.tasks.checks import exact_answer
+
+
+def _make(rng: random.Random) -> Task:
+    a, b = rng.randrange(10), rng.randrange(10)
+    return Task(id="", domain="my/add", prompt=f"{a}+{b}=", answer=str(a + b), reference=str(a + b),
+                budget=Budget(max_tokens=4))
+
+
+DOMAIN = Domain("my/add", "add two digits (a tasks.plugins module)", exact_answer, make=_make, alphabet="0123456789+=")
+"""
+
+
+def test_a_config_plugin_domain_is_seen_by_every_command(tmp_path):
+    """A module named in `tasks.plugins` (not installed, no entry point) is a domain for list,
+    sample, score and check with --config, and with --plugin alone."""
+    (tmp_path / "myplug.py").write_text(PLUGIN)
+    config = tmp_path / "run.toml"
+    config.write_text('[tasks]\nplugins = ["myplug"]\nweights = { "my/add" = 1.0 }\n'
+                      '[reward]\nweights = { outcome = 1.0 }\n')
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", *args], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+
+    assert "my/add" not in run("list").stdout
+    assert "unknown task domain 'my/add'" in run("sample", "my/add", "--seed", "3").stderr
+    for how in (["--config", str(config)], ["--plugin", "myplug"]):
+        assert "my/add" in run("list", *how).stdout, how
+        assert "my/add" in run(*how).stdout, how  # a bare `tempering tasks` lists too
+        task = json.loads(run("sample", "my/add", "--seed", "3", "--json", "--with-answer", *how).stdout)
+        assert task["domain"] == "my/add" and task["prompt"].endswith("=")
+    answer = tmp_path / "answer.txt"
+    answer.write_text(task["answer"])
+    r = run("score", "my/add", "--seed", "3", "--answer-file", str(answer), "--json", "--config", str(config))
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["components"]["outcome"] == 1.0, r
+    assert out["weights"]["outcome"] == 1.0 and out["weights"].get("partial", 0.0) == 0.0, out  # the config's [reward]
+    r = run("check", "my/add", "--config", str(config), "--json")
+    assert r.returncode == 0 and all(json.loads(line)["ok"] for line in r.stdout.splitlines()), r

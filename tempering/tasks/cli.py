@@ -6,6 +6,11 @@
     tempering tasks score DOMAIN --seed N --answer-file FILE [--json]
     tempering tasks check [DOMAIN|FAMILY ...] [--per-domain N] [--seed S] [--json]
 
+Each takes `--config FILE` and `--plugin MODULE` (repeatable): the domains are the built-in ones,
+the installed entry points, the config's `tasks.plugins` and the `--plugin` modules, loaded as
+`tempering train` loads them; `score` and `check` use the config's `[sandbox]` (and `score` its
+`[reward]`).
+
 `sample` prints one task as the model sees it (prompt, messages, tools, workspace files); its
 hidden answer only with --with-answer. `score` gives the reward of an answer to that task as
 training computes it (components, weights, total, reason): FILE holds the final answer, or JSON
@@ -25,9 +30,9 @@ import json
 import sys
 from pathlib import Path
 
-from tempering.config import SandboxConfig, load_config
+from tempering.config import Config, SandboxConfig, load_config
 from tempering.errors import UserError
-from tempering.tasks import domains, get_domain
+from tempering.tasks import domains, get_domain, load_plugins
 from tempering.tasks.check import check_task, draw, reward_service, score_turns, tokenizer_for
 
 ACTIONS = ("list", "show", "sample", "score", "check")
@@ -37,46 +42,53 @@ def main(argv: list[str]) -> int:
     """`argv` starts with the action (or is empty: list; or a domain's name: show it)."""
     if argv and argv[0] not in ACTIONS and not argv[0].startswith("-"):
         argv = ["show", *argv]
+    elif not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["list", *argv]
     parser = argparse.ArgumentParser(prog="tempering tasks", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="a TOML config: its tasks.plugins are loaded, its [sandbox] (and for "
+                        "score its [reward]) apply")
+    common.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE for its domains, as tasks.plugins does (repeatable)")
     sub = parser.add_subparsers(dest="action")
-    sub.add_parser("list", help="every domain, one per line, with its family")
-    p = sub.add_parser("show", help="a few tasks of a domain, answers included")
+    sub.add_parser("list", parents=[common], help="every domain, one per line, with its family")
+    p = sub.add_parser("show", parents=[common], help="a few tasks of a domain, answers included")
     p.add_argument("domain")
     p.add_argument("--count", type=int, default=3)
-    p = sub.add_parser("sample", help="one task as the model sees it")
+    p = sub.add_parser("sample", parents=[common], help="one task as the model sees it")
     p.add_argument("domain")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--json", action="store_true")
     p.add_argument("--with-answer", action="store_true", help="also print the hidden answer and reference")
-    p = sub.add_parser("score", help="the reward of an answer to a task, as training computes it")
+    p = sub.add_parser("score", parents=[common], help="the reward of an answer to a task, as training computes it")
     p.add_argument("domain")
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--answer-file", required=True, help="the final answer, or JSON {\"turns\": [...]}")
-    p.add_argument("--config", help="a TOML config whose [reward] weights apply (default: the defaults)")
     p.add_argument("--json", action="store_true")
-    p = sub.add_parser("check", help="oracles score 1, no-op and junk answers 0")
+    p = sub.add_parser("check", parents=[common], help="oracles score 1, no-op and junk answers 0")
     p.add_argument("names", nargs="*", metavar="DOMAIN|FAMILY", help="default: every domain")
     p.add_argument("--per-domain", type=int, default=2, help="tasks checked per domain")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    return {"list": _list, "show": _show, "sample": _sample, "score": _score, "check": _check,
-            None: _list}[args.action](args)
+    cfg = load_config(args.config)
+    load_plugins((*cfg.tasks.plugins, *args.plugin))
+    return {"list": _list, "show": _show, "sample": _sample, "score": _score, "check": _check}[args.action](args, cfg)
 
 
-def _list(args: argparse.Namespace) -> int:
+def _list(args: argparse.Namespace, cfg: Config) -> int:
     for name, d in sorted(domains().items()):
         print(f"{name:40s} {d.family:12s} {d.description}")
     return 0
 
 
-def _show(args: argparse.Namespace) -> int:
+def _show(args: argparse.Namespace, cfg: Config) -> int:
     for task in draw(get_domain(args.domain), args.count, 0):
         print(json.dumps(_visible(task) | _hidden(task)))
     return 0
 
 
-def _sample(args: argparse.Namespace) -> int:
+def _sample(args: argparse.Namespace, cfg: Config) -> int:
     (task,) = draw(get_domain(args.domain), 1, args.seed)
     out = _visible(task) | (_hidden(task) if args.with_answer else {})
     if args.json:
@@ -111,7 +123,7 @@ def _sandbox_for(names, cfg: SandboxConfig = SandboxConfig()) -> object:
     return None
 
 
-def _score(args: argparse.Namespace) -> int:
+def _score(args: argparse.Namespace, cfg: Config) -> int:
     from tempering.rollout.environment import Environments
 
     domain = get_domain(args.domain)
@@ -127,7 +139,6 @@ def _score(args: argparse.Namespace) -> int:
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise UserError(f"--answer-file {path}: JSON answers look like {{\"turns\": [...]}} ({e})") from None
     tokenizer = tokenizer_for([task, dataclasses.replace(task, prompt="".join(turns))])
-    cfg = load_config(args.config)
     sandbox = _sandbox_for([domain.name], cfg.sandbox)
     reward = reward_service(tokenizer, sandbox, cfg.reward)
     try:
@@ -143,14 +154,14 @@ def _score(args: argparse.Namespace) -> int:
     return 1 if r.failed else 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _check(args: argparse.Namespace, cfg: Config) -> int:
     from tempering.rollout.environment import Environments
 
     known = domains()
     names = sorted({n for key in args.names or [d.family for d in known.values()] for n in _select(key, known)})
     tasks = {n: draw(known[n], args.per_domain, args.seed) for n in names}
     tokenizer = tokenizer_for([t for ts in tasks.values() for t in ts])
-    sandbox = _sandbox_for(names)
+    sandbox = _sandbox_for(names, cfg.sandbox)
     reward = reward_service(tokenizer, sandbox)
     envs, bad = Environments(sandbox), 0
     try:

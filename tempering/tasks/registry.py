@@ -83,7 +83,8 @@ def get_domain(name: str) -> Domain:
     if name not in known:
         families = sorted({d.family for d in known.values()})
         raise UserError(f"unknown task domain {name!r} (families: {', '.join(families)}; "
-                        "`tempering tasks list` lists every domain)")
+                        "`tempering tasks list` lists every domain; a tasks.plugins module's domains need "
+                        "--config FILE or --plugin MODULE)")
     return known[name]
 
 
