@@ -106,3 +106,19 @@ def test_runtime_section_defaults_and_checks():
     assert load_config(None, ["--runtime.kind=ray", "--runtime.max_replicas=4"]).runtime.max_replicas == 4
     assert load_config(None, ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
                        ).runtime.checkpoint_format == "sharded"
+
+
+@pytest.mark.parametrize("old, new", [("grpo", ["ppo", "seq_mean_token_mean"]), ("drgrpo", ["ppo", "seq_sum_const"]),
+                                      ("dapo", ["ppo", "token_mean"])])
+def test_a_replaced_value_says_what_replaced_it_and_that_works(tmp_path, old, new):
+    path = tmp_path / "old.toml"
+    path.write_text(f'[algorithm]\nloss = "{old}"\n')
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    message = str(e.value)
+    assert f"unknown '{old}'" in message and f'loss = "{new[0]}"' in message and f'aggregation = "{new[1]}"' in message
+    path.write_text(f'[algorithm]\nloss = "{new[0]}"\naggregation = "{new[1]}"\n')
+    cfg = load_config(path)
+    assert (cfg.algorithm.loss, cfg.algorithm.aggregation) == tuple(new)
+    with pytest.raises(ConfigError, match=r"unknown 'nope' \(known: cispo, gspo, ppo\)$"):
+        load_config(None, ["--algorithm.loss=nope"])

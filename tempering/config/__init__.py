@@ -318,6 +318,15 @@ class BufferConfig:
         _require(self.dynamic_sampling >= 0, "buffer.dynamic_sampling", "an integer >= 0", self.dynamic_sampling)
 
 
+# Values an older config may hold, and what replaced them (the error names the replacement):
+# the losses of the first releases were objective and token weighting in one name.
+_ALGORITHM_REPLACED = {
+    "loss": {"grpo": 'loss = "ppo" with aggregation = "seq_mean_token_mean" (GRPO\'s token weighting)',
+             "drgrpo": 'loss = "ppo" with aggregation = "seq_sum_const" (and advantage = "drgrpo")',
+             "dapo": 'loss = "ppo" with aggregation = "token_mean" (DAPO\'s token weighting)'},
+}
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """The RL algorithm. Names mirror the registries of tempering.algorithms (a test keeps them
@@ -353,7 +362,7 @@ class AlgorithmConfig:
     whiten_advantages: bool = True  # gae: normalise advantages over the batch's tokens
 
     def __post_init__(self) -> None:
-        _require_known(self, "algorithm")
+        _require_known(self, "algorithm", _ALGORITHM_REPLACED)
         for key in ("clip_low", "gspo_clip_low"):
             _require(0 < getattr(self, key) < 1, f"algorithm.{key}", "a number in (0, 1)", getattr(self, key))
         for key in ("clip_high", "gspo_clip_high", "value_lr"):

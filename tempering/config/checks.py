@@ -5,7 +5,7 @@ section."""
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from tempering.errors import UserError
 
@@ -29,9 +29,13 @@ def _require_choices(section: Any, name: str) -> None:
             _require(value in choices, f"{name}.{key}", "one of " + ", ".join(map(repr, choices)), value)
 
 
-def _require_known(section: Any, name: str) -> None:
-    """Every `Literal[...]` field names a known algorithm part; the message lists the names."""
+def _require_known(section: Any, name: str, replaced: Mapping[str, Mapping[str, str]] = {}) -> None:
+    """Every `Literal[...]` field names a known algorithm part; the message lists the names, and
+    for a value of an older release (`replaced`: key -> old value -> what to write now) what
+    replaced it."""
     for key, tp in typing.get_type_hints(type(section)).items():
-        if typing.get_origin(tp) is Literal and getattr(section, key) not in typing.get_args(tp):
-            raise ConfigError(f"{name}.{key}: unknown {getattr(section, key)!r} "
-                              f"(known: {', '.join(sorted(typing.get_args(tp)))})")
+        value = getattr(section, key)
+        if typing.get_origin(tp) is Literal and value not in typing.get_args(tp):
+            now = replaced.get(key, {}).get(value) if isinstance(value, str) else None
+            raise ConfigError(f"{name}.{key}: unknown {value!r} (known: {', '.join(sorted(typing.get_args(tp)))})"
+                              + (f"; {value!r} was replaced: write {now}" if now else ""))
