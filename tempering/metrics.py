@@ -12,10 +12,13 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tempering.config import MetricsConfig
 from tempering.trackers import open_trackers
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -27,6 +30,15 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out[key] = float(v)
     return out
+
+
+def progress_bar(cfg: MetricsConfig, **kw: Any) -> "tqdm":
+    """A tqdm bar on stderr, drawn only when `metrics.progress` is on and stderr is a terminal: a
+    bar redrawn into a log file is thousands of carriage returns. Otherwise a disabled bar, whose
+    updates cost nothing."""
+    from tqdm import tqdm
+
+    return tqdm(unit="step", disable=not (cfg.progress and sys.stderr.isatty()), **kw)
 
 
 class Metrics:
@@ -50,11 +62,7 @@ class Metrics:
             self._prometheus = PrometheusEndpoint(run_dir, cfg.prometheus_host, cfg.prometheus_port)
             print(f"[tempering] Prometheus metrics at {self._prometheus.url}", file=sys.stderr, flush=True)
         self._trackers = open_trackers(run_dir, cfg.trackers, cfg.project, cfg.mlflow_uri) if cfg.trackers else []
-        self._bar = None
-        if cfg.progress:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total_steps, initial=first_step, desc="rl", unit="step", dynamic_ncols=True)
+        self._bar = progress_bar(cfg, total=total_steps, initial=first_step, desc="rl", dynamic_ncols=True)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         flat = flatten(values)
@@ -67,7 +75,7 @@ class Metrics:
             self._prometheus.update(step, flat)
         for tracker in self._trackers:
             tracker.log(step, flat)
-        if self._bar is not None:
+        if not self._bar.disable:
             self._bar.update(1)
             self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
                                    if k in flat}, refresh=False)
@@ -88,8 +96,7 @@ class Metrics:
             tracker.close()
         if self._tb is not None:
             self._tb.close()
-        if self._bar is not None:
-            self._bar.close()
+        self._bar.close()
 
 
 def rewind_jsonl(path: Path, keep: Callable[[dict], bool]) -> None:

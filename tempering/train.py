@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from tempering.errors import UserError
 from tempering.agent.format import tool_format
@@ -31,7 +30,7 @@ from tempering.buffer import Accounting, Buffer
 from tempering.config import Config, ConfigError, ModelConfig, RuntimeConfig, TokenizerConfig, to_dict
 from tempering.evaluation import EvalResult
 from tempering.lineage import LineageStore, rewind as rewind_lineage
-from tempering.metrics import Metrics, plot_rewards, rewind_jsonl
+from tempering.metrics import Metrics, plot_rewards, progress_bar, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
 from tempering.pool import TaskPool
 from tempering.scheduler.global_ import GlobalScheduler
@@ -269,7 +268,7 @@ def warm_up(run: Run, stop: StopRequest) -> None:
     sft_trainer = Trainer(run.model, dataclasses.replace(run.cfg.trainer, lr=sft.lr, warmup_steps=0,
                                                          schedule="constant"))
     with open(run.dir / "sft.jsonl", "w") as log, \
-            tqdm(total=sft.steps, desc="sft", unit="step", disable=not run.cfg.metrics.progress) as bar:
+            progress_bar(run.cfg.metrics, total=sft.steps, desc="sft") as bar:
 
         def on_step(step: int, stats: StepStats) -> None:
             log.write(json.dumps({"step": step + 1, "loss": stats.loss}) + "\n")

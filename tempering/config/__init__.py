@@ -433,7 +433,7 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    progress: bool = True  # progress bar on the terminal
+    progress: bool = True  # progress bars (SFT, RL) on stderr, drawn only when it is a terminal
     tensorboard: bool = True
     plot: bool = True  # PNG of reward per domain at the end
     # the trainer's Prometheus endpoint (GET /metrics): -1 off, 0 any free port (the port taken is
