@@ -80,6 +80,28 @@ class Metrics:
             self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
                                    if k in flat}, refresh=False)
 
+    def amend(self, step: int, values: dict[str, Any]) -> None:
+        """Add `values` to the row of `step`, the last one written: what happened after the row
+        (a checkpoint is written only once its step's row is on disk) still lands in its step.
+        The file is rewritten whole and replaced, so a kill leaves the old row or the new one."""
+        flat = flatten(values)
+        self._file.close()
+        lines = self.path.read_text().splitlines()
+        row = json.loads(lines[-1]) if lines else {}
+        assert row.get("step") == step, f"amend: the last row is step {row.get('step')}, not {step}"
+        lines[-1] = json.dumps({**row, **flat})
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines))
+        tmp.replace(self.path)
+        self._file = open(self.path, "a")
+        if self._tb is not None:
+            self._tb._get_file_writer().add_summary(
+                self._summary(value=[self._summary.Value(tag=k, simple_value=v) for k, v in flat.items()]), step)
+        if self._prometheus is not None:
+            self._prometheus.update(step, {**row, **flat})
+        for tracker in self._trackers:
+            tracker.log(step, flat)
+
     def log_eval(self, step: int, accuracy: float, per_domain: dict[str, float]) -> None:
         """A held-out evaluation during RL: TensorBoard scalars under eval/ (the numbers are also in
         eval_step-*.json); metrics.jsonl keeps one row per step."""

@@ -88,8 +88,9 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
                 if run.state["baseline"] is None:
                     run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
                 if not stop.is_set():
-                    rl_loop(run, rollout, stop)
-                checkpoint(run)
+                    rl_loop(run, rollout, stop)  # it ends with the final checkpoint
+                else:
+                    checkpoint(run)
                 final = run_eval(run, rollout, "final")
                 replicas = rollout.report()
         finally:
@@ -109,7 +110,7 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
     overlong = Overlong(cfg.algorithm.overlong_buffer, cfg.algorithm.overlong_penalty, cfg.rollout.max_tokens)
     buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id, overlong)
     metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
-    saved: dict[str, float] = {}  # a checkpoint's seconds, reported in the next step's row
+    first = run.state["step"]
     try:
         while run.state["step"] < cfg.run.steps and not stop.is_set():
             tick = time.perf_counter()
@@ -133,18 +134,19 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
             step = run.state["step"]
-            timings.update(saved)  # the checkpoint written after the previous step's row
-            saved = {}
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
                 t0 = time.perf_counter()
                 result = run_eval(run, rollout, f"step-{step:06d}")
                 timings["eval"] = time.perf_counter() - t0
                 metrics.log_eval(step, result.accuracy, result.per_domain)
             metrics.log(step, step_record(run, batch_in, groups, acct, stats, timings))
-            # after the step's row: a kill between the two must not leave a checkpoint whose
-            # step has no row (the resume would go on past it and the row would never be written)
+            # after the step's row, its seconds added to it: a kill between the two must not leave a
+            # checkpoint whose step has no row (the resume would go on past it, the row never written)
             if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
-                saved["checkpoint"] = timed(checkpoint, run)
+                metrics.amend(step, {"seconds": {"checkpoint": timed(checkpoint, run)}})
+        seconds = timed(checkpoint, run)  # the final one, in the last step's row
+        if run.state["step"] > first:
+            metrics.amend(run.state["step"], {"seconds": {"checkpoint": seconds}})
     finally:
         metrics.close()
         lineage.close()

@@ -23,6 +23,8 @@ def test_short_run_end_to_end(short_run):
     assert summary["steps"] == 3
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
+    # checkpoints after steps 2 (checkpoint_every) and 3 (the final one), each timed in its own step's row
+    assert [r.get("seconds/checkpoint", 0) > 0 for r in rows] == [False, True, True]
     for key in ("reward/mean", "tokens_per_s", "staleness/mean", "samples/trained"):
         assert key in rows[0], key
     assert any(k.startswith("reward/domain/") for k in rows[0])
