@@ -1,33 +1,40 @@
-"""Learning speed on the TRL peer's exact setting: held-out greedy accuracy against RL wall seconds.
+"""Learning speed on a TRL-peer setting: held-out greedy accuracy against RL wall seconds.
 
-What it measures (issue 11): how fast Tempering's RL, run with the defaults a user gets, takes the
-peer's SFT-warmed model on the peer's task to 0.80 held-out greedy accuracy. The peer (TRL 1.16
+What it measures (issue 11): how fast Tempering's RL, run with the defaults a user gets, takes an
+SFT-warmed model on the TRL peer's task to 0.80 held-out greedy accuracy. The peer (TRL 1.16
 `GRPOTrainer`, the team's PEERS.md, "Training loop") needs about 300 s of RL on this kind of
-machine; the target is 150 s.
+machine; the target is 150 s. By default the bench builds its own start, modeled on the peer's
+but not the peer's: `--model DIR` takes any HF folder instead (the peer's own SFT checkpoint,
+say, BOS-adding tokenizers included) and `--heldout FILE` the held-out problems (the peer's own
+500, one `a+b` per line), which makes the comparison exact.
 
 How:
 
-1. The peer's model and tokenizer, built here (no hub): a Qwen2 with hidden 128, intermediate
-   384, 4 layers, 4 heads, 2 KV heads, q/k/v biases, tied embeddings (790,656 parameters: the
-   peer's "0.79M"; intermediate 352 would give 0.74M) and a character tokenizer made with the
-   `tokenizers` library (`<pad> <bos> <eos> <unk>`, the ten digits, `+`, `=`; no BOS added),
-   from transformers' `Qwen2ForCausalLM`, random init (seed 0).
+1. A model and tokenizer of the peer's size, built here (no hub): a Qwen2 with hidden 128,
+   intermediate 384, 4 layers, 4 heads, 2 KV heads, q/k/v biases, tied embeddings (790,656
+   parameters: the peer's "0.79M") and a character tokenizer made with the `tokenizers` library
+   (`<pad> <bos> <eos> <unk>`, the ten digits, `+`, `=`; no BOS added), from transformers'
+   `Qwen2ForCausalLM`, random init (seed 0). The peer's own checkpoint may differ in shape,
+   BOS and SFT loss.
 2. SFT warm-up, a plain loop on the transformers model (AdamW lr 1e-3, batch 64, examples from
    the task's training split, one torch thread), stopped at the first step whose held-out greedy
-   accuracy on the 500 fixed held-out problems reaches 0.25 (evaluated every 10 steps, and every
+   accuracy on the 500 held-out problems reaches 0.25 (evaluated every 10 steps, and every
    step once it passes 0.15). The loss is the plain language-model loss on the whole sequence
    (`07+45=052<eos>`), which is what TRL's `SFTTrainer` trains on a text dataset;
-   `--sft-loss answer` puts it on the answer and its eos only. With seed 0 the warm-up stops at
-   step 608 (0.264; answer only: step 481, 0.266); it is deterministic, so every run with one
-   seed starts RL from the same weights. The start matters more than anything in RL: starts
-   that all score 0.25-0.27 greedy took RL to 0.80 in about 800 steps (seed 0 whole sequence,
-   seed 1 answer only), to 0.62 (seed 2), or were near 0.50 at 800 steps and need about 3,000
-   (seeds 1 and 3 whole sequence, seed 0 answer only); no property of the start we measured (sampled reward, entropy,
-   accuracy per digit) predicts which. `--seed` picks another start. The folder is saved
-   as a Hugging Face folder (config.json, model.safetensors, tokenizer.json,
-   tokenizer_config.json) and checked at once: `tempering.models.load_hf` must give the
-   transformers logits (max abs difference < 1e-4) and `tempering.tokenizer.load_tokenizer` the
-   transformers tokenizer's ids.
+   `--sft-loss answer` puts it on the answer and its eos only. On one machine the warm-up repeats
+   exactly (same seed, same weights, bit for bit); across machines it does not: its float
+   arithmetic follows the CPU's vector unit and the torch build, and with seed 0 it stopped at
+   step 608 on one machine and 951 on another. The output's `start` records what the start was
+   (SFT steps and accuracy, the CPU capability, torch) and numbers compare only between runs of
+   one start; `--model` reuses a start across runs and machines. The start matters more than
+   anything in RL: starts that all score 0.25-0.27 greedy took RL to 0.80 in about 800 steps,
+   to 0.62, or were near 0.50 at 800 steps and need about 3,000; no property of the start we
+   measured (sampled reward, entropy, accuracy per digit) predicts which. `--seed` picks another
+   start. The folder is saved as a Hugging Face folder (config.json, model.safetensors,
+   tokenizer.json, tokenizer_config.json) and checked at once, as any `--model` folder is:
+   `tempering.models.load_hf` must give the transformers logits (max abs difference < 1e-4) and
+   `tempering.tokenizer.load_tokenizer` the ids transformers' own tokenizer gives (a BOS it adds
+   included).
 3. RL: `tempering.train.train` on a config built as the CLI builds it (`load_config(None,
    overrides)`), so every key not listed here is the package default. The overrides are the
    peer's fixed setting and the evaluation cadence only: `model.path` (the folder), the task
@@ -123,7 +130,7 @@ def log(msg: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The peer's model, tokenizer and SFT checkpoint
+# The model, tokenizer and SFT checkpoint (modeled on the peer's)
 
 
 def build_tokenizer(folder: Path) -> None:
@@ -213,29 +220,48 @@ def make_peer_folder(folder: Path, target: float, seed: int, loss_on: str = "seq
     log(f"peer model: Qwen2, {params:,} parameters; SFT warm-up to {target} held-out greedy accuracy")
     sft = sft_to(model, vocab, target, seed, loss_on=loss_on)
     model.save_pretrained(str(folder))
-    return {"parameters": params, "sft": sft}
+    return {"parameters": params, "sft": sft, "seed": seed, "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def check_folder(folder: Path) -> dict:
-    """Tempering reads the folder as transformers does: the same logits, the same prompt ids."""
-    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    """Tempering reads the folder as transformers does: the same logits, the same prompt ids (a
+    BOS the tokenizer adds included). SystemExit naming the difference otherwise."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tempering.models import load_hf
     from tempering.tokenizer import load_tokenizer
 
     hf = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
     ours = load_hf(folder).eval()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    hf_tok = AutoTokenizer.from_pretrained(str(folder))
     tok = load_tokenizer(folder)
     prompts = [task.problem(a, b)[0] + task.problem(a, b)[1] for a, b in task.heldout_pairs()[:64]]
     ids = [tok.encode_prompt(p) for p in prompts]
-    assert ids == [hf_tok(p)["input_ids"] for p in prompts], "tokenizer ids differ from transformers'"
-    assert tok.eos_id == hf_tok.convert_tokens_to_ids("<eos>") and tok.prefix_ids == []
+    want = [hf_tok(p)["input_ids"] for p in prompts]
+    if ids != want:
+        i = next(i for i, (a, b) in enumerate(zip(ids, want)) if a != b)
+        raise SystemExit(f"bench/learning: {folder}: Tempering's tokenizer gives {ids[i]} for {prompts[i]!r}, "
+                         f"transformers' {want[i]}")
+    if tok.eos_id != hf_tok.eos_token_id:
+        raise SystemExit(f"bench/learning: {folder}: eos id {tok.eos_id}, transformers' {hf_tok.eos_token_id}")
     x = torch.tensor(ids)
     with torch.no_grad():
         diff = float((hf(input_ids=x).logits - ours(x)).abs().max())
-    assert diff < 1e-4, f"load_hf logits differ from transformers' by {diff}"
-    return {"max_abs_logit_diff": diff, "parameters": sum(p.numel() for p in hf.parameters())}
+    if not diff < 1e-4:
+        raise SystemExit(f"bench/learning: {folder}: load_hf logits differ from transformers' by {diff}")
+    return {"max_abs_logit_diff": diff, "parameters": sum(p.numel() for p in hf.parameters()),
+            "bos_added": bool(tok.prefix_ids)}
+
+
+def start_of(made: dict, folder: Path) -> dict:
+    """What RL starts from, and what made it: a start repeats only on a machine of the same
+    floating-point path (CPU capability, torch build)."""
+    sft = made.get("sft") or {}
+    return {"model": str(folder), "built_here": bool(sft), "sft_steps": sft.get("steps"),
+            "sft_heldout_accuracy": sft.get("heldout_accuracy"), "seed": made.get("seed"),
+            "cpu_capability": made.get("cpu_capability", torch.backends.cpu.get_cpu_capability()),
+            "torch": made.get("torch", torch.__version__)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,9 +347,10 @@ def run_rl(folder: Path, out: Path, budget: float, extra: list[str]) -> dict:
     overrides = [f"--model.path={folder}", f"--run.dir={out}", "--run.name=rl", *PEER_OVERRIDES, *extra]
     cfg = load_config(None, overrides)
     run_dir = cfg.run_dir
-    # Tempering's evaluation set is exactly the peer's 500 held-out problems, in order
+    # Tempering's evaluation set is exactly the bench's 500 held-out problems, in order
     held = [t.prompt for t in TaskPool(cfg.tasks).heldout()]
-    assert held == [task.problem(a, b)[0] for a, b in task.heldout_pairs()], "held-out set differs"
+    if held != [task.problem(a, b)[0] for a, b in task.heldout_pairs()]:
+        raise SystemExit("bench/learning: Tempering's held-out set is not the bench's 500 problems")
     stopper = Stopper(run_dir / "metrics.jsonl", budget)
     stopper.start()
     t0 = time.perf_counter()
@@ -401,7 +428,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-loss", choices=("sequence", "answer"), default="sequence",
                    help="the warm-up's loss: on the whole sequence (TRL's SFTTrainer on text) or on the answer only")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heldout", default=None, metavar="FILE",
+                   help="the 500 held-out problems, one a+b per line (e.g. the peer's own split)")
     args, extra = p.parse_known_args(argv)
+    if args.heldout:  # before the split is first read; the spawned rollout worker inherits it
+        os.environ[task.HELDOUT_ENV] = str(Path(args.heldout).resolve())
+        task.read_heldout(os.environ[task.HELDOUT_ENV])  # a bad file: one line, now
     bad = [x for x in extra if not (x.startswith("--") and "=" in x)]
     if bad:
         p.error(f"unrecognized arguments: {' '.join(bad)} (config overrides look like --section.key=value)")
@@ -414,11 +446,13 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.model).resolve()
         made = json.loads((folder / "bench_sft.json").read_text()) if (folder / "bench_sft.json").exists() else {}
     else:
-        folder = out / "peer_model"
+        folder = out / "model"
         made = make_peer_folder(folder, args.sft_target, args.seed, args.sft_loss)
         (folder / "bench_sft.json").write_text(json.dumps(made, indent=2))
     result["model"] = {"path": str(folder), "arch": "Qwen2ForCausalLM", **PEER_ARCH, **check_folder(folder)}
     result["sft"] = made.get("sft")
+    result["start"] = start_of(made, folder)
+    result["heldout"] = args.heldout or f"bench/peer_addition.py's draw (seed {task.SEED})"
     log(f"model folder {folder}: load_hf logits match transformers "
         f"(max abs diff {result['model']['max_abs_logit_diff']:.2e}); RL for {args.rl_seconds:g} s")
     rl = run_rl(folder, out, args.rl_seconds, extra)
