@@ -10,7 +10,11 @@ and the engine keeps stepping while tools and verifiers run. Opening a group's w
 (sandbox sessions, a Harbor environment's set-up) also runs in a thread.
 
 Only the thread calling `poll` touches the engine. It knows nothing of batches, weights or
-evaluation labels: a group carries an opaque `key` back to the caller.
+evaluation labels: a group carries an opaque `key` back to the caller. In `lockstep`
+(run.deterministic) it gives up that overlap for a schedule that repeats: after each engine step
+it waits for every workspace opening and tool call in flight, and queues the turns they lead to
+in the order the groups started (and by sample), so the engine sees the same requests at the
+same steps in every run; scoring still overlaps generation.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class _Group:
     task: Task
     episodes: list[Episode]
     params: SamplingParams
+    seq: int = 0  # the order it started in
     scoring: bool = False
     hosts: list[ToolHost] = field(default_factory=list)
 
@@ -51,7 +56,7 @@ class _Group:
 class EpisodeRunner:
     def __init__(self, engine: LLM, tokenizer: Tokenizer, reward: RewardService, parse: Callable[[str], list[ToolCall]],
                  renderer: ObservationRenderer | None, open_hosts: OpenHosts, close_host: Callable[[ToolHost], None],
-                 workers: int):
+                 workers: int, lockstep: bool = False, settle_s: float = 300.0):
         self.engine, self.tokenizer, self.reward = engine, tokenizer, reward
         self.parse, self.renderer = parse, renderer
         self.open_hosts, self.close_host = open_hosts, close_host
@@ -61,6 +66,9 @@ class EpisodeRunner:
         self._seen: set[tuple[int, int]] = set()  # (request, sample) whose turn was taken
         self._groups: list[_Group] = []
         self._pending_tasks = 0  # thread work in flight
+        self.lockstep, self._settle_s = lockstep, settle_s
+        self._feeding = 0  # openings and tool calls in flight: what the next engine step may wait for
+        self._started = 0  # groups started so far (their `seq`)
         # Where the time goes, summed: engine steps (wall, in the polling thread) and the
         # threads' work (opening workspaces, tool calls, scoring), which overlaps them.
         self.seconds = {"generate": 0.0, "open": 0.0, "tools": 0.0, "score": 0.0}
@@ -71,12 +79,14 @@ class EpisodeRunner:
 
     @classmethod
     def build(cls, engine: LLM, tokenizer: Tokenizer, reward: RewardService, sandbox: Any = None,
-              tool_parser: str = "auto", workers: int = 4) -> "EpisodeRunner":
+              tool_parser: str = "auto", workers: int = 4, lockstep: bool = False,
+              settle_s: float = 300.0) -> "EpisodeRunner":
         """A runner whose tool calls use `tool_parser` (`rollout.tool_parser`) and whose episodes
         act on workspaces opened by `Environments` (sessions of `sandbox` where commands run)."""
         fmt = tool_format(tool_parser, tokenizer)
         envs = Environments(sandbox)
-        return cls(engine, tokenizer, reward, fmt.parse, fmt.renderer, envs.open, envs.close, workers)
+        return cls(engine, tokenizer, reward, fmt.parse, fmt.renderer, envs.open, envs.close, workers, lockstep,
+                   settle_s)
 
     @property
     def busy(self) -> bool:
@@ -108,7 +118,8 @@ class EpisodeRunner:
         tools = tool_schemas(task) if task.tools and self.tokenizer.chat_template else None
         prompt = self.tokenizer.encode_prompt(task.prompt, task.messages, tools)
         episodes = [Episode(task, i, prompt, max_tokens, self._context, self.parse, self.renderer) for i in range(n)]
-        group = _Group(key, task, episodes, params)
+        group = _Group(key, task, episodes, params, seq=self._started)
+        self._started += 1
         self._groups.append(group)
         self._in_thread(self._open, group)
 
@@ -121,6 +132,8 @@ class EpisodeRunner:
             self.seconds["generate"] += time.perf_counter() - start
             for out in outputs:
                 self._take_turns(out)
+        if self.lockstep:
+            return self._poll_lockstep(timeout)
         wait = timeout if self._pending_tasks and not self.engine.has_unfinished() else 0.0
         done: list[tuple[Any, Group]] = []
         while True:
@@ -146,9 +159,36 @@ class EpisodeRunner:
             self._close_hosts(g)
         self._groups.clear()
 
+    def _poll_lockstep(self, timeout: float) -> list[tuple[Any, Group]]:
+        """`poll`'s second half in lockstep: every opening and tool call in flight is waited for,
+        then all events are handled in the order of their groups' start and their samples'."""
+        events: list[tuple] = []
+        deadline = time.monotonic() + self._settle_s
+        while self._feeding > sum(e[0] in (self._opened, self._results, _raise) for e in events):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Stall(f"episode runner: {self._feeding} workspace openings or tool calls unfinished after "
+                            f"{self._settle_s:g} s")
+            try:
+                events.append(self._events.get(timeout=min(left, 1.0)))
+            except queue.Empty:
+                pass
+        # nothing to generate and nothing else came: wait a little for a score, as `poll` does
+        wait = timeout if self._pending_tasks > len(events) and not events and not self.engine.has_unfinished() else 0
+        while True:
+            try:
+                events.append(self._events.get(timeout=wait) if wait else self._events.get_nowait())
+            except queue.Empty:
+                break
+            wait = 0
+        done = [self._dispatch(*e) for e in sorted(events, key=_event_order)]
+        return [d for d in done if d is not None]
+
     # -- in the polling thread ---------------------------------------------------------------------
     def _dispatch(self, handler: Callable, *args) -> Any:
         self._pending_tasks -= 1
+        if handler.__name__ in ("_opened", "_results"):
+            self._feeding -= 1
         return handler(*args)
 
     def _opened(self, group: _Group, hosts: list[ToolHost] | None) -> None:
@@ -204,6 +244,7 @@ class EpisodeRunner:
     def _in_thread(self, fn: Callable, group: _Group, *args) -> None:
         self._pending_tasks += 1
         kind = _KINDS[fn.__name__]
+        self._feeding += kind in ("open", "tools")
 
         def work() -> None:
             start = time.perf_counter()
@@ -248,4 +289,13 @@ _KINDS = {"_open": "open", "_call_tools": "tools", "_score": "score"}
 
 def _raise(e: BaseException) -> None:
     raise e
+
+
+def _event_order(event: tuple) -> tuple:
+    """A thread's event by its group's start and its sample (a failure first: it ends the run)."""
+    handler, *args = event
+    if handler is _raise:
+        return (-1, 0, 0)
+    group, ep = args[0], args[1] if len(args) > 1 and isinstance(args[1], Episode) else None
+    return (group.seq, ep.index if ep is not None else -1, handler.__name__)
 

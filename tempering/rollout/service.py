@@ -104,6 +104,10 @@ class RolloutService:
         self.requeued = self.superseded = 0
         self.filed: Counter = Counter()  # replica -> groups it sent that went into a batch
         self.max_replicas = max_replicas  # 0: none started beyond (or in place of) the first `replicas`
+        # run.deterministic: no wall-clock measurement steers the scheduler, and a batch's groups
+        # reach it in order (held until all came), whatever order they ended in
+        self._deterministic = spec.deterministic
+        self._held: dict[int, list[GroupDone]] = defaultdict(list)
         self._looked_for_room = time.monotonic()
         for _ in range(replicas):
             self._add()
@@ -130,7 +134,7 @@ class RolloutService:
         self.scheduler.consumed(self._next)
         self._next += 1
         now = time.perf_counter()
-        if self._handed is not None:  # the wall time of one batch: the rate the trainer takes groups at
+        if self._handed is not None and not self._deterministic:  # the rate the trainer takes groups at
             self.scheduler.measured_group_rate(self.scheduler.groups_per_batch / max(now - self._handed, 1e-6))
         self._handed = now
         self._dispatch()
@@ -278,6 +282,18 @@ class RolloutService:
         if placed is None or placed.replica != name:
             self.superseded += 1  # sent just before its replica was lost; the group runs again elsewhere
             return
+        if not self._deterministic:
+            self._accept(done)
+            return
+        held = self._held[done.order.batch]
+        held.append(done)
+        if len(held) == self.scheduler.groups_per_batch:
+            for d in sorted(self._held.pop(done.order.batch), key=lambda d: d.order.id):
+                self._accept(d)
+
+    def _accept(self, done: GroupDone) -> None:
+        """A finished group into its batch, reported to the scheduler."""
+        name = done.order.replica
         self.scheduler.complete(done.report)
         batch = self._open[done.order.batch]
         batch.groups.append((done.order.id, done.group, done.version))
@@ -302,7 +318,7 @@ class RolloutService:
             for k, v in seconds.items():
                 split[k] = split.get(k, 0.0) + v - before.get(k, 0.0)
             generate = seconds.get("generate", 0.0) - before.get("generate", 0.0)
-            if generate > 0:
+            if generate > 0 and not self._deterministic:
                 self.scheduler.measured(name, batch.tokens[name] / generate)
         self._reported = dict(self._seconds)
         sync = _total([s.minus(self._sync_reported.get(n, SyncStats())) for n, s in self._sync.items()])

@@ -16,7 +16,9 @@ processes) or a `BlobChannel` (any node; a version shows a moment after it is pu
 Evaluation runs greedy episodes of the held-out tasks it is sent through the same runner, at
 the version the trainer asks for (once that version is loaded, after a drain if one is under
 way). On a runtime whose queues and events are remote calls, the loop looks at its stop event
-and its orders every `check_every_s` while the engine is busy, not every engine step.
+and its orders every `check_every_s` while the engine is busy, not every engine step. With
+`run.deterministic` it takes nothing while its runner is busy: a batch's orders start together
+once all came (in order, at the version they were admitted at), an evaluation runs alone.
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class RolloutSpec:
     # while the engine is busy, how often the loop looks at its stop event and orders: 0 = every
     # engine step (local reads); a remote runtime's looks are calls of about 1 ms each
     check_every_s: float = 0.0
+    # run.deterministic: a batch's orders are started together, once all came, at the version they
+    # were admitted at; evaluations and new orders are taken only while nothing runs
+    deterministic: bool = False
+    groups_per_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,11 +113,12 @@ def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, ou
     if spec.needs_sandbox:
         sb = spec.sandbox
         node = NodeSandbox(make_sandbox(sb, spec.run_dir), sb.workers, sb.workers * sb.memory_mb, sb.memory_mb,
-                           spec.scheduler.aging_s, spec.stall_timeout_s)
+                           spec.scheduler.aging_s, spec.stall_timeout_s, count_jobs=spec.deterministic)
     reward = RewardService(spec.reward, tokenizer, node)
     # More threads than sandbox slots, so that jobs wait at the node, where its scheduler orders them.
     threads = 4 * spec.sandbox.workers if node is not None else spec.sandbox.workers
-    runner = EpisodeRunner.build(engine, tokenizer, reward, node, spec.rollout.tool_parser, threads)
+    runner = EpisodeRunner.build(engine, tokenizer, reward, node, spec.rollout.tool_parser, threads,
+                                 lockstep=spec.deterministic, settle_s=spec.stall_timeout_s)
     try:
         Worker(spec, source, out, requests, replies, stop, engine, runner, node).run()
     finally:
@@ -151,6 +158,7 @@ class Worker:
         self.startup_s: float | None = max(0.0, time.time() - spec.spawned_at)
         self.heard = time.monotonic()  # the last message from the trainer's side (stall deadline)
         self.looked = float("-inf")  # the last look at the stop event and the orders
+        self.held: list[GroupOrder] = []  # run.deterministic: a batch's orders until all came
 
     def run(self) -> None:
         while True:
@@ -161,7 +169,7 @@ class Worker:
                 self.looked = time.monotonic()
             if self.sync.poll() and self.waiting_evals:
                 self._start_evals()
-            if look:
+            if look and not (self.spec.deterministic and self.runner.busy):
                 self._take_requests(wait=0.0 if self.runner.busy else _POLL_S)
             if self.runner.busy:
                 for key, group in self.runner.poll(_POLL_S):
@@ -176,16 +184,41 @@ class Worker:
                 return
             wait = 0.0
             self.heard = time.monotonic()
-            if isinstance(msg, GroupOrder):
-                self.orders[msg.id] = (msg, self.engine.version)
-                r = self.spec.rollout
-                task = msg.task.make()  # a generator's task is made here, beside the episodes
-                self.runner.start(task, r.samples_per_task, self.params, r.max_tokens, ("train", msg.batch, msg.id))
+            if isinstance(msg, GroupOrder) and self.spec.deterministic:
+                self.held.append(msg)
+                if len(self.held) == self.spec.groups_per_batch:
+                    self._start_held()
+                    return  # nothing more is taken while they run
+            elif isinstance(msg, GroupOrder):
+                self._start(msg)
             elif isinstance(msg, NodePolicy):
                 if self.node is not None:
                     self.node.set_policy(msg.quotas, msg.priorities)
             else:
                 self._evaluate(msg)
+                if self.spec.deterministic and self.runner.busy:
+                    return  # the evaluation runs alone
+
+    def _start(self, order: GroupOrder) -> None:
+        self.orders[order.id] = (order, self.engine.version)
+        r = self.spec.rollout
+        task = order.task.make()  # a generator's task is made here, beside the episodes
+        self.runner.start(task, r.samples_per_task, self.params, r.max_tokens, ("train", order.batch, order.id))
+
+    def _start_held(self) -> None:
+        """run.deterministic: a whole batch, in order, at the version it was admitted at (published
+        before its orders were sent; a remote source may show it a moment later)."""
+        version = max(o.version for o in self.held)
+        deadline = time.monotonic() + self.spec.stall_timeout_s
+        while self.engine.version < version:
+            if not self.sync.poll():
+                if time.monotonic() > deadline:
+                    raise Stall(f"weights: version {version} did not reach the rollout worker in "
+                                f"{self.spec.stall_timeout_s:g} s")
+                time.sleep(_POLL_S)
+        for order in sorted(self.held, key=lambda o: o.id):
+            self._start(order)
+        self.held = []
 
     def _evaluate(self, req: EvalRequest) -> None:
         self.waiting_evals.append(req)

@@ -21,6 +21,7 @@ node orders its jobs (`scheduler.local`).
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
@@ -47,6 +48,7 @@ class GroupOrder:
     replica: str
     priority: int
     level: int
+    version: int = 0  # the newest version published when it was admitted (the least it may start at)
 
 
 @dataclass(frozen=True)
@@ -191,12 +193,12 @@ class GlobalScheduler:
         out, self._replacements = self._replacements, []
         while (self.replicas and (self.last_batch is None or self.next_batch < self.last_batch)
                and self.next_batch <= version + self.max_staleness and len(self._ready) < self.queue_size):
-            batch = [self.order(self.next_batch) for _ in range(self.groups_per_batch)]
+            batch = [self.order(self.next_batch, version) for _ in range(self.groups_per_batch)]
             out += sorted(batch, key=lambda o: -o.priority)  # stable: picks keep their order otherwise
             self.next_batch += 1
         return out
 
-    def order(self, batch: int) -> GroupOrder:
+    def order(self, batch: int, version: int = 0) -> GroupOrder:
         """One group: the domain fairness picks, a task at its level, the least-loaded replica."""
         name = self.pick()
         level = self.curriculum.level(name)
@@ -205,7 +207,7 @@ class GlobalScheduler:
         self._charge(name, tokens, sandbox_s, 1.0)
         self._flying[name] += 1
         self._orders_made += 1
-        order = GroupOrder(next(self._ids), batch, task, "", self.priorities[name], level)
+        order = GroupOrder(next(self._ids), batch, task, "", self.priorities[name], level, version)
         self._charged[order.id] = (tokens, sandbox_s)
         return self._place(order)
 
@@ -250,7 +252,7 @@ class GlobalScheduler:
         self._push(name)
         if self._refilled[order.batch] < self.refills and not _has_signal(report.rewards):
             self._refilled[order.batch] += 1  # this group's place goes to a new one
-            replacement = self.order(order.batch)
+            replacement = self.order(order.batch, order.version)
             if replacement.replica:  # otherwise it waits with the homeless for a replica to join
                 self._replacements.append(replacement)
             return order
@@ -313,7 +315,7 @@ class GlobalScheduler:
             return order
         replica = min(self.replicas, key=lambda r: (self._load[r] / self.replicas[r], r))
         self._load[replica] += self._charged[order.id][0]
-        placed = GroupOrder(order.id, order.batch, order.task, replica, order.priority, order.level)
+        placed = dataclasses.replace(order, replica=replica)
         self.inflight[order.id] = placed
         return placed
 

@@ -6,7 +6,8 @@ and verifiers use: every run waits for a slot (as many as the backend's workers)
 and memory limit, under the slot quotas and priorities the global scheduler hands down
 (`set_policy`). Sessions it opens run their commands through it, so each command queues as a
 job of its own. It keeps the sandbox seconds each task's samples used, for the global
-scheduler's accounting, and reports queue lengths and waits. A run that waits longer than
+scheduler's accounting (with `count_jobs`, for run.deterministic, one second a job: no wall
+clock), and reports queue lengths and waits. A run that waits longer than
 `wait_s` for a slot, or whose caller aborts it while it waits, does not run: it ends as
 `sandbox_error` or `killed`, like any other infrastructure failure or abort.
 """
@@ -27,13 +28,14 @@ _POLL_S = 0.05  # how often a waiting run looks at its abort
 
 class NodeSandbox:
     def __init__(self, backend: Sandbox, slots: int, memory_mb: int, default_memory_mb: int,
-                 aging_s: float = 30.0, wait_s: float = 300.0):
+                 aging_s: float = 30.0, wait_s: float = 300.0, count_jobs: bool = False):
         self.backend, self.name = backend, backend.name
         self.local = LocalScheduler(slots, memory_mb, aging_s=aging_s)
         self._default_mb, self._wait_s = default_memory_mb, wait_s
         self._priorities: dict[str, int] = {}
         self._cond = threading.Condition()
         self._task_seconds: dict[str, float] = defaultdict(float)  # task id -> sandbox seconds of its samples
+        self._count_jobs = count_jobs  # run.deterministic: a job is charged one second, whatever it took
 
     def set_policy(self, quotas: Mapping[str, float], priorities: Mapping[str, int]) -> None:
         """The global scheduler's slot quotas (shares) and domain priorities for this node."""
@@ -68,7 +70,7 @@ class NodeSandbox:
                 self._dispatch()
         if tag.sample:
             with self._cond:
-                self._task_seconds[tag.sample.rsplit("/", 1)[0]] += result.wall_s
+                self._task_seconds[tag.sample.rsplit("/", 1)[0]] += 1.0 if self._count_jobs else result.wall_s
         return result
 
     @property
