@@ -49,13 +49,13 @@ How:
    reach `--rl-seconds`, sends this process SIGINT, which the run takes as "finish after this
    step" (checkpoint, final evaluation, summary).
 
-RL seconds. metrics.jsonl has one row per step, written after the step's checkpoint and
-evaluation, with `elapsed_s` (the run's wall clock at that moment, start-up included) and
-`seconds/step` (from the trainer's wait for the batch to the publish of the new weights),
-`seconds/eval` and `seconds/checkpoint` on the steps that have them. With E_s the row's
-`elapsed_s` and X_k = eval_k + checkpoint_k:
+RL seconds. metrics.jsonl has one row per step, written after the step's evaluation (a
+checkpoint follows it, its seconds then added to the row), with `elapsed_s` (the run's wall
+clock when the row was written, start-up included) and `seconds/step` (from the trainer's wait
+for the batch to the publish of the new weights), `seconds/eval` and `seconds/checkpoint` on the
+steps that have them. With E_s the row's `elapsed_s`:
 
-    rl_seconds(s) = (E_s - sum_{k<=s} eval_k) - (E_1 - eval_1 - checkpoint_1 - step_1)
+    rl_seconds(s) = (E_s - sum_{k<=s} eval_k) - (E_1 - eval_1 - step_1)
 
 The second term is the moment RL started (after start-up, the rollout worker's spawn and the
 baseline evaluation), so rl_seconds counts the trainer's steps, the waits for rollouts, the
@@ -284,7 +284,7 @@ def rl_seconds(rows: list[dict]) -> dict[int, float]:
     if not rows:
         return {}
     first = rows[0]
-    start = first["elapsed_s"] - sum(first.get(f"seconds/{k}", 0.0) for k in ("step", "eval", "checkpoint"))
+    start = first["elapsed_s"] - sum(first.get(f"seconds/{k}", 0.0) for k in ("step", "eval"))
     out, evals = {}, 0.0
     for r in rows:
         evals += r.get("seconds/eval", 0.0)
@@ -332,7 +332,7 @@ class Stopper(threading.Thread):
                     continue
                 r = json.loads(line)
                 if start is None:
-                    start = r["elapsed_s"] - sum(r.get(f"seconds/{k}", 0.0) for k in ("step", "eval", "checkpoint"))
+                    start = r["elapsed_s"] - sum(r.get(f"seconds/{k}", 0.0) for k in ("step", "eval"))
                 evals += r.get("seconds/eval", 0.0)
                 if r["elapsed_s"] - evals - start >= self.budget:
                     os.kill(os.getpid(), signal.SIGINT)
