@@ -116,8 +116,9 @@ def build(layer: Layer, timeout_s: float = PIP_TIMEOUT_S) -> Layer:
 
 
 def pip_install(target: Path, version: str, args: list[str], timeout_s: float = PIP_TIMEOUT_S) -> None:
-    """pip install `args` into `target`: wheels only, for the guest's Python `version` (the
-    host's pip may run another patch release). Raises LayerError with pip's last lines."""
+    """pip install `args` into `target`: wheels only (installing one runs none of its code; building
+    a source package would, as root on the host), for the guest's Python `version` (the host's
+    pip may run another patch release). Raises LayerError with pip's last lines."""
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
            "--target", str(target), "--python-version", version, "--implementation", "cp", "--only-binary=:all:",
            *args]
@@ -128,7 +129,8 @@ def pip_install(target: Path, version: str, args: list[str], timeout_s: float = 
         raise LayerError(f"pip install {what}: not done in {timeout_s:g} s") from None
     if r.returncode != 0:
         tail = [line.strip() for line in (r.stderr or r.stdout).strip().splitlines() if line.strip()][-2:]
-        raise LayerError(f"pip could not install {what} for Python {version} (offline, or no wheel for it): "
+        raise LayerError(f"pip could not install {what} for Python {version} from wheels (offline, or PyPI has "
+                         f"no wheel of it: a source package is not built, which would run its code on the host): "
                          f"{' | '.join(tail)}")
     shutil.rmtree(target / "bin", ignore_errors=True)  # scripts for the host's interpreter: ours are in bin/
 
