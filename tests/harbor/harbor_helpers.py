@@ -90,3 +90,25 @@ def make_wheel(folder: Path, version: str) -> Path:
         for name, text in files.items():
             z.writestr(name, text)
     return path
+
+
+def make_sdist(folder: Path, escape_to: list[str]) -> Path:
+    """A source-only package, tempering-src 1.0, whose setup.py (run where it is built) tries to
+    write each of `escape_to`, host paths a build in the sandbox cannot reach."""
+    import io
+    import tarfile
+
+    setup = ("from setuptools import setup\n"
+             f"for path in {escape_to!r}:\n    try:\n        open(path, 'w').write('escaped')\n"
+             "    except OSError:\n        pass\n"
+             "setup(name='tempering-src', version='1.0', py_modules=['tempering_src'])\n")
+    files = {"setup.py": setup, "tempering_src.py": "SOURCE_BUILT = True\n",
+             "PKG-INFO": "Metadata-Version: 2.1\nName: tempering-src\nVersion: 1.0\n"}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tempering-src-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(f"tempering-src-1.0/{name}")
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return path

@@ -2,13 +2,17 @@
 offline: `local_index`): the environment's and the verifier's sets apart, versions honoured,
 their console scripts and .pth files working, a pin the layer does not meet refused by the
 shims, a layer shared by tasks that ask the same, and one that cannot be built reported in
-one line by the importer. Judged from the host by the reward and the files the run left."""
+one line by the importer; a source-only package built into a wheel inside the sandbox, where
+its setup.py cannot reach the host. Judged from the host by the reward and the files left."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
-from harbor_helpers import TB_TEST_SH, make_task, needs_sandbox
+from harbor_helpers import TB_TEST_SH, make_sdist, make_task, needs_sandbox
+from tempering.sandbox import layers
 from tempering.sandbox.toolchain import Toolchain, default_dir
 from tempering.tasks import harbor
 from tempering.tasks.harbor import packages
@@ -82,3 +86,25 @@ def test_a_layer_that_cannot_be_built_is_one_skip_line(sandbox, tmp_path, local_
     assert not gone.runnable and not gone.failed and "\n" not in gone.reason
     assert "needs Python packages the toolchain lacks (numpy==1.0.0.404)" in gone.reason
     assert results["ok"].runnable, results["ok"].reason
+
+
+def test_a_source_only_package_is_built_in_the_sandbox(sandbox, tmp_path, local_index):
+    escapes = [f"/var/tmp/tempering-src-escape-{uuid.uuid4().hex}", f"/tmp/tempering-src-escape-{uuid.uuid4().hex}"]
+    make_sdist(local_index, escapes)
+    tests = "import tempering_src\n\ndef test_built():\n    assert tempering_src.SOURCE_BUILT\n"
+    test_sh = TB_TEST_SH.replace("-w pytest-json-ctrf==0.3.5", "-w pytest-json-ctrf==0.3.5 -w tempering-src==1.0")
+    task = harbor.load(make_task(tmp_path, tests=tests, test_sh=test_sh))
+    assert harbor.run_trial(sandbox, task).reward == 1.0
+    found = packages.layers(task, sandbox.toolchain, build_them=False)
+    assert json.loads((found.verifier.root / "manifest.json").read_text())["python_packages"] == {"tempering-src": "1.0"}
+    assert not any(Path(p).exists() for p in escapes)  # setup.py ran in the sandbox, not here
+    assert not (found.verifier.root / "wheels").exists()
+
+
+def test_layers_share_the_files_they_have_alike(local_index):
+    tc = Toolchain.load(default_dir())
+    one, two = (layers.build(layers.plan([spec], tc)) for spec in ("tempering-tiny==1.0", "tempering-tiny>=1,<2"))
+    assert one.name != two.name
+    module = Path("lib", "tempering_tiny", "__init__.py")
+    assert (one.root / module).stat().st_ino == (two.root / module).stat().st_ino
+    assert (one.root / module).read_text() == "VERSION = '1.0'\n\ndef main():\n    print(VERSION)\n"

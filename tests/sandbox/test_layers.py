@@ -14,7 +14,7 @@ import pytest
 
 from sandbox_helpers import needs_bwrap
 from tempering.records import ExecReason
-from tempering.sandbox import ExecRequest, SessionSpec, Workspace, layers
+from tempering.sandbox import ExecRequest, SessionSpec, Workspace, layers, wheels
 from tempering.sandbox.toolchain import MANIFEST, default_dir
 
 pytestmark = [needs_bwrap, pytest.mark.skipif(not (default_dir() / MANIFEST).is_file(),
@@ -78,3 +78,14 @@ def test_a_bad_or_missing_layer_is_refused(sandbox):
     with sandbox.open_session(SessionSpec(workdir="/app", layer=absent)) as s:
         r = s.run(("true",))
     assert r.reason == ExecReason.SANDBOX_ERROR and absent in r.error, r
+
+
+def test_a_source_archive_is_found_locally_and_refused_when_none_fits(tmp_path, monkeypatch):
+    for version in ("1.0", "1.2", "2.0"):
+        (tmp_path / f"Some_Pkg-{version}.tar.gz").write_bytes(version.encode())
+    (tmp_path / "other-1.5.tar.gz").write_bytes(b"x")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    assert wheels.source("some-pkg<2") == ("Some_Pkg-1.2.tar.gz", b"1.2")
+    with pytest.raises(wheels.WheelError, match="no source archive of it either"):
+        wheels.source("some-pkg>3")

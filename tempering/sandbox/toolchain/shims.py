@@ -100,9 +100,9 @@ def _meets(version: str, op: str, wanted: str) -> bool:
         return version == wanted
     if wanted.endswith(".*") and op in ("==", "!="):
         prefix = _release(wanted[:-2])
-        have = _key(version)
+        have = version_key(version)
         return have is not None and prefix is not None and (have[0][:len(prefix)] == prefix) == (op == "==")
-    have, want = _key(version), _key(wanted)
+    have, want = version_key(version), version_key(wanted)
     if have is None or want is None:
         return False
     if op == "~=":
@@ -118,7 +118,7 @@ def _release(text: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
 
 
-def _key(text: str) -> tuple | None:
+def version_key(text: str) -> tuple | None:
     """A PEP 440 version as a sortable key: release (zero-padded), pre, post, dev."""
     m = _VERSION.fullmatch(text.strip())
     if m is None:

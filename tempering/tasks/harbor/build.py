@@ -40,7 +40,7 @@ class SetupFailed(Unrunnable):
 def build(task: HarborTask, sandbox: Sandbox, limits: Limits = Limits(), tag: ExecTag = ExecTag()) -> Workspace:
     """The workspace at WORKDIR once every step of the Dockerfile has run."""
     ws = Workspace()
-    layer = packages.layers(task, sandbox.toolchain).environment_name
+    layer = packages.layers(task, sandbox.toolchain, sandbox).environment_name
     deadline = time.monotonic() + min(task.config.build_timeout_s, limits.build_s)
     for step in task.environment.steps:
         if isinstance(step, Copy):
@@ -60,7 +60,7 @@ def setup_session_spec(folder: str | Path, sandbox: Sandbox, limits: Limits = Li
     """What an episode of the task at `folder` starts from: its environment built now (RUN
     lines run in `sandbox`), as `HarborTask.session_spec`. Raises Unrunnable."""
     task = load_cached(folder)
-    found = packages.layers(task, sandbox.toolchain)  # the verifier's built too: refused now if it cannot be
+    found = packages.layers(task, sandbox.toolchain, sandbox)  # the verifier's too: refused now if it cannot be
     return task.session_spec(build(task, sandbox, limits, tag), tag, limits, layer=found.environment_name)
 
 

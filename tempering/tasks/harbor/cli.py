@@ -29,7 +29,6 @@ from tempering.config import ConfigError, load_config
 from tempering.sandbox import toolchain as toolchains
 from tempering.sandbox.factory import SandboxUnavailable, make_sandbox
 from tempering.sandbox.workspace import Workspace
-from tempering.tasks.harbor import packages
 from tempering.tasks.harbor.build import SetupFailed
 from tempering.tasks.harbor.folder import Unrunnable, load
 from tempering.tasks.harbor.importer import scan
@@ -88,7 +87,6 @@ def run_folder(args: argparse.Namespace) -> int:
         missing = check_needs(task, tc)
         if missing:
             raise Unrunnable(f"{task.path}: needs what the toolchain lacks: {', '.join(missing)}")
-        packages.layers(task, tc)
         sandbox = make_sandbox(cfg)
     except (Unrunnable, ConfigError, SandboxUnavailable, toolchains.ToolchainError, OSError) as e:
         return _cannot(args, str(e).replace("\n", " "), 2)

@@ -80,7 +80,7 @@ def check(path: Path, toolchain: Toolchain | None, sandbox: Sandbox | None = Non
     if missing:
         return Scan(path, task, False, f"needs what the toolchain lacks: {', '.join(missing)}")
     try:
-        found = packages.layers(task, toolchain, build_them=sandbox is not None)
+        found = packages.layers(task, toolchain, sandbox, build_them=sandbox is not None)
     except Unrunnable as e:
         return Scan(path, task, False, str(e))
     if sandbox is None:

@@ -8,7 +8,8 @@ makes; when it pip-installs, the environment's with those added (a later pin of 
 replaces an earlier one). Each set becomes a layer (`sandbox.layers`: shared by every task
 that asks the same, versions honoured), or none when the toolchain meets it all. `layers`
 plans them and builds those not built yet (from PyPI, once); a layer that cannot be built is
-`Unrunnable` in one line naming the packages. Nothing here runs in the sandbox.
+`Unrunnable` in one line naming the packages. Given the sandbox, a package PyPI has only as
+source is built into a wheel there (`sandbox.wheels`); nothing of the task runs on the host.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tempering.sandbox.layers import Layer, LayerError, build, plan
+from tempering.sandbox.request import Sandbox
 from tempering.sandbox.toolchain import Toolchain
 from tempering.tasks.harbor.folder import HarborTask, Unrunnable
 
@@ -55,9 +57,11 @@ def services_requirements(task: HarborTask) -> list[str]:
     return [*environment_requirements(task), *verifier_requirements(task)]
 
 
-def layers(task: HarborTask, toolchain: Toolchain | None, build_them: bool = True) -> TaskLayers:
-    """The task's layers, built unless `build_them` is False. Unrunnable when a layer is needed
-    and cannot be built (offline, no wheel for the sandbox's Python) or there is no toolchain."""
+def layers(task: HarborTask, toolchain: Toolchain | None, sandbox: Sandbox | None = None,
+           build_them: bool = True) -> TaskLayers:
+    """The task's layers, built unless `build_them` is False (source packages in `sandbox`, when
+    given). Unrunnable when a layer is needed and cannot be built (offline, no wheel for the
+    sandbox's Python and no sandbox to build one) or there is no toolchain."""
     env, ver = environment_requirements(task), verifier_requirements(task)
     if toolchain is None:
         if env or ver:
@@ -67,22 +71,23 @@ def layers(task: HarborTask, toolchain: Toolchain | None, build_them: bool = Tru
     found = TaskLayers(plan(env, toolchain), plan(ver, toolchain))
     if build_them:
         for layer in found.unbuilt:
-            ensure(task, layer)
+            ensure(task, layer, sandbox)
     return found
 
 
-def ensure(task: HarborTask, layer: Layer | None) -> str:
+def ensure(task: HarborTask, layer: Layer | None, sandbox: Sandbox | None = None) -> str:
     """`layer` built (Unrunnable when it cannot be); its name ("" for none)."""
     if layer is None:
         return ""
     try:
-        build(layer)
+        build(layer, sandbox)
     except LayerError as e:
         raise Unrunnable(f"{task.path}: needs Python packages the toolchain lacks ({', '.join(layer.requirements)}) "
                          f"and their layer could not be built: {e}") from None
     return layer.name
 
 
-def services_layer(task: HarborTask, toolchain: Toolchain | None) -> str:
+def services_layer(task: HarborTask, sandbox: Sandbox) -> str:
     """The name of the layer a solution's services and the tests share ("" for none), built."""
-    return ensure(task, plan(services_requirements(task), toolchain)) if toolchain else ""
+    tc = sandbox.toolchain
+    return ensure(task, plan(services_requirements(task), tc), sandbox) if tc else ""

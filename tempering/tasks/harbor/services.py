@@ -49,7 +49,7 @@ def run(sandbox: Sandbox, task: HarborTask, workspace: Workspace, limits: Limits
     wall = agent_s + min(task.config.verifier_timeout_s, limits.verifier_s) + 10
     mounts = (read_only(SOLUTION, task.solution), *verifier_mounts(task, limits, tests=Workspace()))
     spec = task.session_spec(workspace, tag, limits, mounts=mounts, wall_s=wall, max_commands=1,
-                             layer=packages.services_layer(task, sandbox.toolchain))
+                             layer=packages.services_layer(task, sandbox))
     pairs = [f"{k}={v}" for k, v in verifier_env(task).items()]
     with sandbox.open_session(spec) as session:
         r = session.run(("bash", "-c", _SCRIPT, "services", f"{agent_s:g}", *pairs), stdin=task.tests.archive,

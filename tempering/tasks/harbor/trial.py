@@ -75,7 +75,7 @@ def run_trial(sandbox: Sandbox, task: HarborTask, solution: Workspace | None = N
     t0 = time.monotonic()
     built = workspace if workspace is not None else build(task, sandbox, limits, tag)
     t1 = time.monotonic()
-    layer = packages.layers(task, sandbox.toolchain).environment_name
+    layer = packages.layers(task, sandbox.toolchain, sandbox).environment_name
     spec = task.session_spec(built, tag, limits, mounts=(read_only(SOLUTION, solution),), max_commands=1, layer=layer)
     with sandbox.open_session(spec) as session:
         r = session.run(("bash", f"{SOLUTION}/solve.sh"), time_limit_s=spec.wall_s,

@@ -61,7 +61,7 @@ def verify(task: HarborTask, sandbox: Sandbox, workspace: Workspace, tag: ExecTa
            limits: Limits = Limits()) -> Verdict:
     """Run the task's tests on `workspace` and read the reward they wrote."""
     timeout = min(task.config.verifier_timeout_s, limits.verifier_s)
-    layer = packages.ensure(task, packages.layers(task, sandbox.toolchain, build_them=False).verifier)
+    layer = packages.ensure(task, packages.layers(task, sandbox.toolchain, build_them=False).verifier, sandbox)
     spec = task.session_spec(workspace, tag, limits, mounts=verifier_mounts(task, limits), wall_s=timeout,
                              max_commands=1, layer=layer)
     spec = dataclasses.replace(spec, env={**spec.env, **verifier_env(task)})
