@@ -77,16 +77,20 @@ def test_the_importer_lists_runnable_and_skipped_folders_with_reasons(sandbox, t
     make_task(tmp_path / "net", dockerfile="FROM x\nWORKDIR /app\nRUN curl -fsS https://example.com\n")
     make_task(tmp_path / "multi", dockerfile="FROM a AS b\nFROM c\nWORKDIR /app\n")
     make_task(tmp_path / "lacks", toml='[tempering]\npython_packages = ["no-such-package-x"]\n')
+    make_task(tmp_path / "both", dockerfile="FROM x\nWORKDIR /app\nRUN apt-get install -y no-such-deb && "
+                                            "pip install tempering-tiny==2.0\n")  # every cause named, nothing fetched
     make_task(tmp_path / "weak", tests="def test_nothing():\n    pass\n")  # doing nothing passes
     make_task(tmp_path / "wrong", solve="#!/bin/bash\ntrue\n")  # its oracle fails
     (tmp_path / "not-a-task").mkdir()
     results = {r.path.parent.name: r for r in harbor.scan([tmp_path], Toolchain.load(default_dir()), sandbox,
                                                            oracle=True, noop=True)}
-    assert set(results) == {"good", "net", "multi", "lacks", "weak", "wrong"}
+    assert set(results) == {"good", "net", "multi", "lacks", "both", "weak", "wrong"}
     assert results["good"].runnable and (results["good"].oracle, results["good"].noop) == (1.0, 0.0)
     why = {name: r.reason for name, r in results.items() if not r.runnable}
     assert "Could not resolve host" in why["net"] and "multi-stage" in why["multi"]
     assert "Python packages the toolchain lacks (no-such-package-x)" in why["lacks"]
+    assert why["both"] == ("needs what the toolchain lacks: Debian package no-such-deb; and Python packages to "
+                           "fetch into a layer: tempering-tiny==2.0")
     assert "doing nothing scores 1.0" in why["weak"] and "the oracle scores 0.0" in why["wrong"]
 
 

@@ -77,16 +77,17 @@ def check(path: Path, toolchain: Toolchain | None, sandbox: Sandbox | None = Non
     except Unrunnable as e:
         return Scan(path, None, False, str(e))
     missing = check_needs(task, toolchain)
-    if missing:
-        return Scan(path, task, False, f"needs what the toolchain lacks: {', '.join(missing)}")
-    try:
-        found = packages.layers(task, toolchain, sandbox, build_them=sandbox is not None)
+    try:  # a task skipped for what the toolchain lacks is not worth a download: its layers are only planned
+        found = packages.layers(task, toolchain, sandbox, build_them=sandbox is not None and not missing)
     except Unrunnable as e:
         return Scan(path, task, False, str(e))
+    unbuilt = ", ".join(dict.fromkeys(r for layer in found.unbuilt for r in layer.requirements))
+    fetch = f"Python packages to fetch into a layer: {unbuilt}" if unbuilt else ""
+    if missing:
+        return Scan(path, task, False, f"needs what the toolchain lacks: {', '.join(missing)}"
+                                       + (f"; and {fetch}" if fetch else ""))
     if sandbox is None:
-        unbuilt = [r for layer in found.unbuilt for r in layer.requirements]
-        later = f"; Python packages to fetch into a layer: {', '.join(dict.fromkeys(unbuilt))}" if unbuilt else ""
-        return Scan(path, task, True, f"loaded; needs met (environment not built{later})")
+        return Scan(path, task, True, f"loaded; needs met (environment not built{'; ' + fetch if fetch else ''})")
     try:
         workspace = build(task, sandbox, limits)
         scores = {}
