@@ -32,10 +32,6 @@ class TaskLayers:
         return self.environment.name if self.environment else ""
 
     @property
-    def verifier_name(self) -> str:
-        return self.verifier.name if self.verifier else ""
-
-    @property
     def unbuilt(self) -> list[Layer]:
         return [x for x in dict.fromkeys((self.environment, self.verifier)) if x is not None and not x.built]
 
