@@ -33,3 +33,10 @@ def test_the_oracles_server_lives_through_its_tests(sandbox, tmp_path):
     assert not noop.services and noop.reward == 0.0
     other = harbor.run_trial(sandbox, task, Workspace.from_files({"solve.sh": SERVE.encode()}))
     assert not other.services and other.reward == 0.0, other.reason
+
+
+def test_the_importer_says_when_the_oracle_needed_its_services(sandbox, tmp_path):
+    make_task(tmp_path, solve=SERVE, tests=ASKS_THE_SERVER)
+    (result,) = harbor.scan([tmp_path], sandbox.toolchain, sandbox, oracle=True, noop=True)
+    assert result.runnable and (result.oracle, result.noop) == (1.0, 0.0), result.reason
+    assert "processes served its tests in one job" in result.reason

@@ -8,7 +8,8 @@ sandbox, builds its package layers (`packages`: from PyPI, once; without a sandb
 says which are not built yet) and its environment (RUN lines run offline: one that needs the
 network fails here), runs the oracle (which must score 1) and a no-op (which must score 0,
 or the tests do not test the work). A folder is runnable when every check asked for passed;
-a skipped one says why in one line, every cause it found up front. The `terminal` domain can
+a skipped one says why in one line, every cause it found up front; a runnable one whose oracle
+needed its processes alive through the tests (`services`) says so. The `terminal` domain can
 take its tasks from the runnable ones; `tempering tasks import` prints them.
 """
 
@@ -90,25 +91,27 @@ def check(path: Path, toolchain: Toolchain | None, sandbox: Sandbox | None = Non
         return Scan(path, task, True, f"loaded; needs met (environment not built{'; ' + fetch if fetch else ''})")
     try:
         workspace = build(task, sandbox, limits)
-        scores = {}
+        scores, served = {}, False
         for name, solution in (("oracle", None), ("noop", NOOP)):
             if (name == "oracle" and oracle) or (name == "noop" and noop):
                 trial = run_trial(sandbox, task, solution, limits, workspace=workspace)
                 if trial.failed:
                     return Scan(path, task, False, f"{name}: {trial.reason}", failed=True, **scores)
-                scores[name] = trial.reward
+                scores[name], served = trial.reward, served or trial.services
     except SetupFailed as e:
         return Scan(path, task, False, str(e), failed=e.infrastructure)
     except Unrunnable as e:
         return Scan(path, task, False, str(e))
-    return _judged(path, task, scores)
+    return _judged(path, task, scores, served)
 
 
-def _judged(path: Path, task: HarborTask, scores: dict) -> Scan:
+def _judged(path: Path, task: HarborTask, scores: dict, served: bool = False) -> Scan:
     if scores.get("oracle", 1.0) < 1.0:
         return Scan(path, task, False, f"the oracle scores {scores['oracle']}, not 1", **scores)
     if scores.get("noop", 0.0) > 0.0:
         return Scan(path, task, False, f"doing nothing scores {scores['noop']}: the tests do not check the work",
                     **scores)
     done = ["environment built", *(f"{k} {v}" for k, v in scores.items())]
+    if served:  # runnable as a trial; an agent's processes end with each of its commands
+        done.append("the oracle's processes served its tests in one job (an agent's would not outlive its command)")
     return Scan(path, task, True, "; ".join(done), **scores)
