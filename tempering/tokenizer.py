@@ -1,8 +1,9 @@
 """Tokenizers: HF `tokenizer.json` folders, and a character tokenizer built locally for the demo.
 
 Wraps `tokenizers.Tokenizer` with what the rest of the system needs: the stop (eos) ids, a pad
-id, prompt rendering (the folder's Jinja chat template when there is one), prompt encoding and
-decoding. It does not download anything.
+id, prompt rendering (the folder's Jinja chat template when there is one, read where
+transformers reads it: `chat_template`), prompt encoding and decoding. It does not download
+anything.
 
 Prompts are encoded as `transformers` (and so vLLM) encodes them: a plain prompt through the
 tokenizer.json post-processor, which adds the BOS of Llama-family tokenizers (`add_bos_token`);
@@ -127,8 +128,10 @@ class Tokenizer:
         if self.bos_token:
             cfg["bos_token"] = self.bos_token
         if self.chat_template:
-            cfg["chat_template"] = self.chat_template
+            cfg["chat_template"] = self.chat_template  # where transformers 4 reads it
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
+        if self.chat_template:  # where transformers 5 writes and reads it, first
+            (folder / "chat_template.jinja").write_text(self.chat_template, encoding="utf-8")
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
@@ -192,7 +195,29 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         raise UserError(f"{cfg_file}: not valid JSON ({e})") from None
     eos = _token_text(cfg.get("eos_token")) or _guess_eos(inner, file)
     return Tokenizer(inner, eos_token=eos, pad_token=_token_text(cfg.get("pad_token")),
-                     chat_template=cfg.get("chat_template"), bos_token=_token_text(cfg.get("bos_token")))
+                     chat_template=chat_template(file.parent, cfg), bos_token=_token_text(cfg.get("bos_token")))
+
+
+def chat_template(folder: Path, cfg: dict) -> str | None:
+    """The folder's default chat template where transformers looks for it: the template files
+    first (`chat_template.jinja`, what transformers 5 saves; `chat_templates/default.jinja`, the
+    default among named ones), then tokenizer_config.json's `chat_template` (a string, or a list
+    of named ones: "default"), then the older `chat_template.json`. None when it has none."""
+    for jinja in (folder / "chat_template.jinja", folder / "chat_templates" / "default.jinja"):
+        if jinja.is_file():
+            return jinja.read_text(encoding="utf-8")
+    named = cfg.get("chat_template")
+    if isinstance(named, list):
+        named = {t.get("name"): t.get("template") for t in named if isinstance(t, dict)}.get("default")
+    if isinstance(named, str):
+        return named
+    old = folder / "chat_template.json"
+    if old.is_file():
+        try:
+            return json.loads(old.read_text(encoding="utf-8")).get("chat_template")
+        except (json.JSONDecodeError, AttributeError) as e:
+            raise UserError(f"{old}: not a JSON object with a chat_template ({e})") from None
+    return None
 
 
 def _token_text(tok) -> str | None:

@@ -207,3 +207,35 @@ def test_checkpoint_trained_with_bos_scores_the_same_under_tempering_and_transfo
     assert [s.token_ids for s in samples] == hf_outputs
     assert result.accuracy == pytest.approx(hf_accuracy)
     assert result.accuracy > 0, f"SFT left held-out accuracy at 0 ({trained_s:.1f} s of training)"
+
+
+@pytest.mark.parametrize("where", ["jinja", "named", "folder", "saved_by_transformers"])
+def test_the_chat_template_is_read_where_transformers_reads_it(tmp_path, where):
+    """transformers 5 saves the template as chat_template.jinja (not in tokenizer_config.json);
+    a config may also name several templates, or keep them in chat_templates/. Either way the
+    rendered prompt's ids are transformers' own."""
+    from tokenizer_builders import CHATML_TEMPLATE
+
+    config = {k: v for k, v in QWEN2_CONFIG.items() if k != "chat_template"}
+    folder = write_folder(tmp_path / "a", qwen2_style(), config)
+    if where == "jinja":
+        (folder / "chat_template.jinja").write_text(CHATML_TEMPLATE)
+    elif where == "named":
+        named = [{"name": "tool_use", "template": "{{ 'not this one' }}"}, {"name": "default", "template": CHATML_TEMPLATE}]
+        (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": named}))
+    elif where == "folder":
+        (folder / "chat_templates").mkdir()
+        (folder / "chat_templates" / "default.jinja").write_text(CHATML_TEMPLATE)
+    else:
+        (folder / "chat_template.jinja").write_text(CHATML_TEMPLATE)
+        transformers.AutoTokenizer.from_pretrained(str(folder)).save_pretrained(str(tmp_path / "b"))
+        folder = tmp_path / "b"
+        assert "chat_template" not in json.loads((folder / "tokenizer_config.json").read_text())
+    ours, hf = both(folder)
+    assert ours.chat_template == CHATML_TEMPLATE
+    if where == "folder":  # transformers 5.25 did not pick chat_templates/default.jinja up from this folder
+        hf.chat_template = CHATML_TEMPLATE
+    for conversation in CONVERSATIONS:
+        assert ours.encode_prompt("", conversation) == hf_chat_ids(hf, conversation)
+    ours.save(tmp_path / "c")  # written back where transformers 5 reads it first
+    assert (tmp_path / "c" / "chat_template.jinja").read_text() == CHATML_TEMPLATE
