@@ -41,9 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     add_train_rm(sub)
     add_view(sub)
 
-    p = sub.add_parser("generate", help="sample completions from a model folder")
-    p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
+    p = sub.add_parser("generate", help="sample completions from a model folder or .gguf file",
+                       description="Each prompt is sent as it is, a bare text (an instruct model may answer it with "
+                       "its end token at once); with --chat, as a user message through the model's chat template, "
+                       "as serve's /v1/chat/completions does. One JSON line per completion.")
+    p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json, or a .gguf file")
     p.add_argument("prompts", nargs="+")
+    p.add_argument("--chat", action="store_true", help="each prompt a user message through the chat template")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("-n", type=int, default=1)
@@ -85,14 +89,23 @@ def _train(args: argparse.Namespace, overrides: list[str]) -> int:
 def _generate(args: argparse.Namespace, _: list[str]) -> int:
     from tempering.engine import LLM, SamplingParams
     from tempering.models import load_hf
+    from tempering.models.gguf_file import local_model
+    from tempering.records import Message
     from tempering.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(args.model)
-    engine = LLM(load_hf(args.model), tokenizer)
+    folder = local_model(args.model)
+    tokenizer = load_tokenizer(folder)
+    engine = LLM(load_hf(folder), tokenizer)
     params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens)
-    for prompt, out in zip(args.prompts, engine.generate(args.prompts, params)):
+    inputs: list = args.prompts
+    if args.chat:
+        if not tokenizer.chat_template:
+            raise UserError(f"--chat: {args.model} has no chat template (chat_template.jinja or tokenizer_config.json)")
+        inputs = [tokenizer.encode_prompt("", [Message("user", p)]) for p in args.prompts]
+    for prompt, out in zip(args.prompts, engine.generate(inputs, params)):
         for c in out.outputs:
-            print(json.dumps({"prompt": prompt, "index": c.index, "text": c.text, "finish_reason": c.finish_reason}))
+            print(json.dumps({"prompt": prompt, "index": c.index, "text": c.text, "finish_reason": c.finish_reason,
+                              "token_ids": list(c.token_ids)}))
     return 0
 
 

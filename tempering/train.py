@@ -32,6 +32,7 @@ from tempering.evaluation import EvalResult
 from tempering.lineage import LineageStore, rewind as rewind_lineage
 from tempering.metrics import Metrics, plot_rewards, progress_bar, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf
+from tempering.models.gguf_file import local_model
 from tempering.pool import TaskPool
 from tempering.scheduler.global_ import GlobalScheduler
 from tempering.reward.graders import check_scorers
@@ -237,9 +238,7 @@ def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, pool: TaskPool) ->
     if cfg.path:
         return load_tokenizer(cfg.path)
     if model.path:
-        if not Path(model.path).is_dir():
-            raise UserError(f"model.path {model.path}: no such folder")
-        return load_tokenizer(model.path)
+        return load_tokenizer(local_model(model.path))
     free_text = sorted(name for name, d in pool.domains.items() if not d.alphabet)
     if free_text:
         # A model from scratch on free-text domains (a smoke run of many domains): a character
@@ -253,7 +252,7 @@ def build_tokenizer(cfg: TokenizerConfig, model: ModelConfig, pool: TaskPool) ->
 
 def build_policy(cfg: ModelConfig, tokenizer: Tokenizer, seed: int) -> Decoder:
     if cfg.path:
-        model = load_hf(cfg.path)
+        model = load_hf(local_model(cfg.path))
         if tokenizer.vocab_size > model.arch.vocab_size:
             raise UserError(f"model.path {cfg.path}: vocab_size {model.arch.vocab_size} is smaller than "
                              f"the tokenizer's {tokenizer.vocab_size}")

@@ -304,7 +304,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register `tempering serve` on the CLI's subparsers."""
     p = subparsers.add_parser("serve", help="serve a model folder over an OpenAI-compatible HTTP API",
                               description="Engine overrides: --engine.key=value, e.g. --engine.kv_dtype=int8")
-    p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json")
+    p.add_argument("model", help="a folder with config.json, model.safetensors and tokenizer.json, or a .gguf file")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--name", help="the model id clients send (default: the folder's name)")
@@ -318,12 +318,14 @@ def run_serve(args: argparse.Namespace, overrides: list[str]) -> int:
 
     from tempering.config import load_config
     from tempering.models import load_hf
+    from tempering.models.gguf_file import local_model
     from tempering.tokenizer import load_tokenizer
 
     cfg = load_config(args.config, overrides).engine
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = LLM(load_hf(args.model), load_tokenizer(args.model), cfg)
+    folder = local_model(args.model)  # a .gguf file is converted once into the cache
+    engine = LLM(load_hf(folder), load_tokenizer(folder), cfg)
     server = Server(engine, args.host, args.port, args.name or Path(args.model).resolve().name)
     server.loop.start()
     print(f"[tempering] serving {server.model_name} on http://{args.host}:{server.server_address[1]}/v1", flush=True)

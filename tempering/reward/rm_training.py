@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from tempering.errors import UserError
 from tempering.models import (Arch, SequenceClassifier, build_classifier, last_token_index, load_classifier,
                               save_classifier)
+from tempering.models.gguf_file import local_model
 from tempering.reward.preferences import (DEMO_DOMAINS, Pair, Record, demo_pairs, kind_of, read_files, split_by_prompt,
                                          write_records)
 from tempering.reward.reward_model import render_text
@@ -96,10 +97,9 @@ def completions(r: Record) -> tuple[str, ...]:
 
 def build_reward_model(cfg: RMTrainConfig, records: list[Record]) -> tuple[SequenceClassifier, Tokenizer]:
     if cfg.base:
-        if not Path(cfg.base).is_dir():
-            raise UserError(f"--base {cfg.base}: no such folder")
-        tokenizer = load_tokenizer(cfg.base)
-        model = load_classifier(cfg.base, num_labels=1, new_head=True, seed=cfg.seed)
+        base = local_model(cfg.base)  # a folder, or a .gguf file converted once into the cache
+        tokenizer = load_tokenizer(base)
+        model = load_classifier(base, num_labels=1, new_head=True, seed=cfg.seed)
         if tokenizer.vocab_size > model.arch.vocab_size:
             raise UserError(f"--base {cfg.base}: vocab_size {model.arch.vocab_size} is smaller than the tokenizer's "
                             f"{tokenizer.vocab_size}")
