@@ -109,6 +109,11 @@ class EngineConfig:
     # from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap bounds the weights).
     # Without such units (AVX2 only) 16-bit runs several times slower than float32: the engine warns
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # "int8": the rollouts' linear layers run as dynamic int8 with a scale per output channel
+    # (PyTorch's fbgemm kernels; a quarter of the weight bytes read per decode step), made again
+    # from the float32 weights at every load; the trainer stays float32, and
+    # algorithm.off_policy = "decoupled" absorbs the gap. CPU and a float32 engine only
+    weights: Literal["auto", "int8"] = "auto"
     # the KV cache's storage: "fp32" = the engine's dtype (above); "fp16" / "bf16" = 16-bit keys and
     # values under a float32 engine (half the bytes, and half what each decode step reads; fp16
     # keeps 3 more mantissa bits, bf16 float32's range); "int8" = per-token scales, about 0.27x
@@ -164,7 +169,7 @@ class EngineConfig:
                  self.max_request_sequences)
 
     def _check_vllm(self) -> None:
-        defaults = {"dtype": "auto", "swap_blocks": 0, "kv_dtype": "fp32", "kv_offload_dir": "", "sliding_window": 0,
+        defaults = {"dtype": "auto", "weights": "auto", "swap_blocks": 0, "kv_dtype": "fp32", "kv_offload_dir": "", "sliding_window": 0,
                     "attention": "sdpa", "compile_flex": False, "sparse_topk": 0, "sparse_layers": ()}
         for key, default in defaults.items():
             _require(getattr(self, key) == default, f"engine.{key}", f"{default!r} with engine.backend = 'vllm' "

@@ -30,6 +30,7 @@ import torch
 from tempering.errors import UserError
 from tempering.config import EngineConfig
 from tempering.engine.block_manager import BlockManager
+from tempering.engine.int8_weights import Int8Weights
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.kv_swap import SwapSpace
 from tempering.engine.kv_usage import KVUsage, kv_usage
@@ -87,6 +88,8 @@ class LLM:
                              f"({cfg.max_batch_size}) so every running sequence can decode each step")
         model = _in_dtype(model, cfg.dtype)
         self.cfg, self.model, self.tokenizer = cfg, model.eval(), tokenizer
+        # engine.weights = "int8": weights load into `model`; the steps run on its int8 copy
+        self.int8 = Int8Weights(model) if cfg.weights == "int8" else None
         eos = list(eos_token_ids) or ([tokenizer.eos_id] if tokenizer is not None else [])
         self.eos_token_ids = frozenset(eos)
         arch = model.arch
@@ -104,8 +107,8 @@ class LLM:
                                    cfg.attention_sinks)
         swap = SwapSpace(self.pool, cfg.swap_blocks) if cfg.swap_blocks else None
         self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens, swap)
-        self.runner = ModelRunner(model, self.pool, cfg.sliding_window, cfg.attention_sinks,
-                                  cfg.attention == "flex", cfg.compile_flex, sparse,
+        self.runner = ModelRunner(self.int8.model if self.int8 else model, self.pool, cfg.sliding_window,
+                                  cfg.attention_sinks, cfg.attention == "flex", cfg.compile_flex, sparse,
                                   frozenset(cfg.sparse_layers or range(arch.num_hidden_layers)))
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()
@@ -144,6 +147,8 @@ class LLM:
         assert not (self.scheduler.hold and self.in_flight), "load_weights while a hold drains requests in flight"
         for name, tensor in state.items():
             own[name].copy_(tensor)
+        if self.int8 is not None:
+            self.int8.refresh()
         self.scheduler.preempt_all()
         self.blocks.clear_cache()
         self._version = version
