@@ -3,16 +3,19 @@
 Rollouts of a real model on a CPU are bound by its linear layers: at the small batches of
 decoding, by reading their fp32 weights. `Int8Weights` keeps the engine's fp32 model as the one
 weights are loaded into (the trainer's copy, unchanged) and runs a second copy whose every
-`nn.Linear` is PyTorch's dynamic-quantized int8 Linear (fbgemm: weights int8 with a scale per
-output row, activations quantized per call): a quarter of the bytes read, int8 matmuls. After each
-weight load the int8 copy is made again from the fp32 one (`refresh`). The trainer stays fp32;
-the gap between the engine's logprobs and the trainer's is what the off-policy correction
-(`algorithm.off_policy = "decoupled"`) absorbs. CPU and float32 only.
+`nn.Linear` is an `Int8Linear`: the weight as int8 with one scale per output row, packed for
+fbgemm, and each call's activations quantized to 8 bits over that call's range (7 bits on a CPU
+without VNNI, where fbgemm's 16-bit accumulation could overflow). A quarter of the weight bytes
+read, int8 matmuls. After each weight load the int8 weights are made again from the fp32 ones
+(`refresh`). A row's activations share their scale with the rows of its step, so its logits
+move slightly with what it runs beside; the engine records the logprobs it sampled from. The
+trainer stays fp32: `algorithm.off_policy = "decoupled"` absorbs the gap. CPU and float32 only.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import torch
@@ -21,45 +24,68 @@ from torch import nn
 from tempering.models import Decoder
 
 
-def _quantization():
-    with warnings.catch_warnings():  # the eager-mode API is deprecated for torchao; it runs in the torch we pin
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-    return Int8Linear, per_channel_dynamic_qconfig, quantize_dynamic
+@functools.cache
+def has_vnni() -> bool:
+    """Whether this CPU has 8-bit dot products (AVX512-VNNI or AVX-VNNI)."""
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return " avx512_vnni" in flags or " avx_vnni" in flags
+
+
+class Int8Linear(nn.Module):
+    """y = x @ W.T + b, W int8 per output row (fbgemm's packed form), x quantized per call."""
+
+    def __init__(self, linear: nn.Linear, reduce_range: bool):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.reduce_range = reduce_range
+        self.set(linear.weight, linear.bias)
+
+    @torch.no_grad()
+    def set(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        with warnings.catch_warnings():  # quantized tensors' creation is deprecated; it runs in the torch we pin
+            warnings.simplefilter("ignore", UserWarning)
+            self.packed = torch.ops.quantized.linear_prepack(per_channel(weight),
+                                                             None if bias is None else bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, self.in_features), self.packed,
+                                               reduce_range=self.reduce_range)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def per_channel(w: torch.Tensor) -> torch.Tensor:
+    """w [out, in] as qint8 with one symmetric scale per output row."""
+    scale = (w.detach().abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
+    return torch.quantize_per_channel(w.detach().float(), scale, torch.zeros_like(scale, dtype=torch.int64), 0,
+                                      torch.qint8)
 
 
 class Int8Weights:
     def __init__(self, master: Decoder):
-        if next(master.parameters()).device.type != "cpu" or next(master.parameters()).dtype != torch.float32:
+        weight = next(master.parameters())
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
             raise ValueError("engine.weights = 'int8' needs a float32 model on the CPU (engine.dtype 'auto' or "
                              "'float32')")
-        _, qconfig, quantize_dynamic = _quantization()
         self.master = master
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", (DeprecationWarning, UserWarning))
-            self.model: Decoder = quantize_dynamic(copy.deepcopy(master), {nn.Linear: qconfig}, dtype=torch.qint8)
-        self.model.eval()
-        self.refresh()  # one rounding for the first weights and every later load
+        self.model: Decoder = copy.deepcopy(master).eval()
+        reduce_range = not has_vnni()
+        for name, module in list(self.model.named_modules()):
+            if isinstance(module, nn.Linear):
+                parent, _, leaf = name.rpartition(".")
+                setattr(self.model.get_submodule(parent) if parent else self.model, leaf,
+                        Int8Linear(module, reduce_range))
 
     @torch.no_grad()
     def refresh(self) -> None:
         """Make the int8 copy again from the master's weights (after a load)."""
-        int8_linear, _, _ = _quantization()
         own = dict(self.model.named_modules())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # quantized tensors' creation is deprecated too
-            for name, module in self.master.named_modules():
-                target = own[name]
-                if isinstance(target, int8_linear):
-                    target.set_weight_bias(per_channel(module.weight), module.bias)
-                elif not isinstance(module, nn.Linear):
-                    for p_name, p in module.named_parameters(recurse=False):
-                        getattr(target, p_name).copy_(p)
-
-
-def per_channel(w: torch.Tensor) -> torch.Tensor:
-    """w [out, in] as qint8 with one symmetric scale per output row (what quantize_dynamic's
-    per-channel config makes)."""
-    scale = (w.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-    return torch.quantize_per_channel(w.float(), scale, torch.zeros_like(scale, dtype=torch.int64), 0, torch.qint8)
+        for name, module in self.master.named_modules():
+            target = own[name]
+            if isinstance(target, Int8Linear):
+                target.set(module.weight, module.bias)
+            elif not isinstance(module, nn.Linear):
+                for p_name, p in module.named_parameters(recurse=False):
+                    getattr(target, p_name).copy_(p)
