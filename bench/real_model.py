@@ -8,8 +8,9 @@ a process of its own (this file with `--part`), so its CPU seconds and peak RSS 
 
 - parity: 16 chat prompts x n=4 sampled (temperature 1, 64 tokens) by the float32 engine; the
   same tokens' logprobs from `transformers` (`logprob_max_abs_diff`) and from Tempering's trainer
-  (`trainer_logprob_max_abs_diff`); 32 prompts greedy for 32 tokens, engine against
-  `transformers.generate` (`greedy_identical`); the int8 engine (`engine.weights = "int8"`) on
+  (`trainer_logprob_max_abs_diff`); 32 prompts greedy for up to 32 tokens (or the end of
+  sequence), engine against `transformers.generate` (`greedy_identical`); the int8 engine
+  (`engine.weights = "int8"`) on
   the same 32 greedy prompts (`int8_greedy_agreement`: at each of the first 32 positions of
   float32's greedy text, whether the int8 model's argmax given that prefix is float32's token;
   `int8_free_running_agreement`: the share of tokens equal when each continues its own greedy
@@ -19,10 +20,12 @@ a process of its own (this file with `--part`), so its CPU seconds and peak RSS 
 - throughput: 64 samples (16 chat prompts x n=4) of 64-256 tokens (each prompt its own length,
   end of sequence ignored), useful tokens per CPU-second: `transformers.generate` (the better of
   one padded batch, which computes every row to the longest length, and one call per prompt),
-  Tempering float32 and int8 (`tok_per_cpu_s`).
-- train_step: one RL step of those 64 samples (192 tokens each) by Tempering's trainer (chunked
-  logprobs over the 49k vocabulary), seconds and peak RSS; `transformers` forward + backward +
-  AdamW of the same tokens in 4 micro-batches of 16 rows, the same (`train_step_s`, `peak_rss_gib`).
+  Tempering float32, int8 weights and bfloat16 (`engine.dtype`; the same agreement and KL as
+  int8 are reported for it under `bf16`) (`tok_per_cpu_s`).
+- train_step: one RL step of 64 samples (16 prompts x n=4, 192 tokens each) by Tempering's
+  trainer (chunked logprobs over the 49k vocabulary), seconds and peak RSS; `transformers`
+  forward + backward + AdamW of the same tokens in 4 micro-batches of 16 rows, the same
+  (`train_step_s`, `peak_rss_gib`).
 - train_run: `tempering train` on the model (2 RL steps of 16 x 4 samples of the arithmetic
   domain, up to 192 tokens), the whole run's peak RSS summed over its processes
   (`run_peak_rss_gib`) and its steps' seconds.
@@ -77,8 +80,12 @@ def setup(folder: str, threads: int):
 
 
 def engine(model, tok, weights: str = "auto"):
+    """The engine as the bench names it: "auto" (float32), "int8" (engine.weights), "bf16"
+    (engine.dtype = "bfloat16": every weight and the KV cache in bfloat16)."""
     from tempering.engine import LLM
 
+    if weights == "bf16":
+        return LLM(model, tok, max_seq_len=512, dtype="bfloat16")
     return LLM(model, tok, max_seq_len=512, weights=weights)
 
 
@@ -111,35 +118,46 @@ def part_parity(folder: str, threads: int, quick: bool) -> dict:
             trainer_diff = max(trainer_diff, float((got - ours[0, len(p) - 1:]).abs().max()))
     greedy = [chat(q) for q in GREEDY[: 4 if quick else 32]]
     n = 8 if quick else 32
-    g = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    g = SamplingParams(temperature=0.0, max_tokens=n)  # to the end of sequence, as generate stops
     ours_greedy = [list(o.outputs[0].token_ids) for o in fp32.generate(greedy, g)]
     identical = 0
     for p, mine in zip(greedy, ours_greedy):
         with torch.no_grad():
             out = hf.generate(input_ids=torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
-                              do_sample=False, max_new_tokens=n, min_new_tokens=n)
+                              do_sample=False, max_new_tokens=n)  # (min_new_tokens would forbid the eos)
         identical += out[0, len(p):].tolist() == mine
-    int8 = engine(model, tok, "int8")
-    theirs = [list(o.outputs[0].token_ids) for o in int8.generate(greedy, g)]
+    low = {name: _low_precision(engine(model, tok, name), model, greedy, ours_greedy, prompts, g, quick)
+           for name in ("int8", "bf16")}
+    return {"logprob_max_abs_diff": hf_diff, "trainer_logprob_max_abs_diff": trainer_diff,
+            "greedy_identical": identical, "greedy_prompts": len(greedy),
+            "int8_greedy_agreement": low["int8"]["forced"], "int8_free_running_agreement": low["int8"]["free"],
+            "kl_behavior": low["int8"]["kl"], "bf16": low["bf16"]}
+
+
+def _low_precision(llm, model, greedy, ours_greedy, prompts, g, quick: bool) -> dict:
+    """A low-precision engine against float32: greedy agreement given float32's prefix
+    (`forced`) and running free (`free`), and KL(low || fp32) estimated on its own samples."""
+    import torch
+
+    from tempering.engine import SamplingParams
+    from tempering.trainer import token_logprobs
+
+    theirs = [list(o.outputs[0].token_ids) for o in llm.generate(greedy, g)]
     free = sum(a == b for x, y in zip(ours_greedy, theirs) for a, b in zip(x, y)) / sum(map(len, ours_greedy))
-    forced = total = 0  # each position of float32's greedy text: the int8 model's argmax given that prefix
+    forced = total = 0
     for p, mine in zip(greedy, ours_greedy):
         with torch.no_grad():
-            top = int8.runner.model(torch.tensor([p + mine]))[0, len(p) - 1:-1].argmax(-1)
+            top = llm.runner.model(torch.tensor([p + mine]))[0, len(p) - 1:-1].argmax(-1)
         forced += int((top == torch.tensor(mine)).sum())
         total += len(mine)
     kl = []
-    for p, out in zip(prompts, int8.generate(prompts, SamplingParams(n=4, temperature=1.0, max_tokens=16 if quick else 64,
-                                                                      seed=1))):
+    sampled = llm.generate(prompts, SamplingParams(n=4, temperature=1.0, max_tokens=16 if quick else 64, seed=1))
+    for p, out in zip(prompts, sampled):
         for c in out.outputs:
-            ids = torch.tensor([p + list(c.token_ids)])
             with torch.no_grad():
-                ref, _ = token_logprobs(model, ids)
+                ref, _ = token_logprobs(model, torch.tensor([p + list(c.token_ids)]))
             kl += (torch.tensor(c.logprobs) - ref[0, len(p) - 1:]).tolist()
-    return {"logprob_max_abs_diff": hf_diff, "trainer_logprob_max_abs_diff": trainer_diff,
-            "greedy_identical": identical, "greedy_prompts": len(greedy), "int8_greedy_agreement": forced / total,
-            "int8_free_running_agreement": free,
-            "kl_behavior": sum(kl) / len(kl)}
+    return {"forced": forced / total, "free": free, "kl": sum(kl) / len(kl)}
 
 
 def _workload(chat, quick: bool) -> tuple[list[list[int]], list[int]]:
@@ -165,12 +183,23 @@ def part_throughput(folder: str, threads: int, quick: bool, which: str) -> dict:
                                   for i, n in enumerate(lens)])
     cpu, wall = cpu_s() - c0, time.perf_counter() - t0
     assert sum(len(c.token_ids) for o in outs for c in o.outputs) == useful
-    if which == "int8":  # the train_step part trains on these
-        rows = [{"prompt": p, "tokens": list(c.token_ids), "logprobs": list(c.logprobs)}
-                for p, o in zip(prompts, outs) for c in o.outputs]
-        Path(os.environ["BENCH_SAMPLES"]).write_text(json.dumps(rows))
     del torch
     return {"tokens": useful, "cpu_s": cpu, "wall_s": wall, "tok_per_cpu_s": useful / cpu}
+
+
+def part_samples(folder: str, threads: int, quick: bool) -> dict:
+    """The 64 samples (16 chat prompts x n=4, 192 tokens each) the train_step parts train on."""
+    from tempering.engine import SamplingParams
+
+    tok, chat, model = setup(folder, threads)
+    prompts = [chat(q) for q in QUESTIONS[: 4 if quick else 16]]
+    n = 16 if quick else 192
+    outs = engine(model, tok, "bf16").generate(prompts, SamplingParams(n=4, temperature=1.0, max_tokens=n,
+                                                                       ignore_eos=True, seed=2))
+    rows = [{"prompt": p, "tokens": list(c.token_ids), "logprobs": list(c.logprobs)}
+            for p, o in zip(prompts, outs) for c in o.outputs]
+    Path(os.environ["BENCH_SAMPLES"]).write_text(json.dumps(rows))
+    return {"rows": len(rows), "tokens_each": n}
 
 
 def _hf_throughput(folder: str, prompts: list[list[int]], lens: list[int], useful: int) -> dict:
@@ -201,8 +230,7 @@ def part_train_step(folder: str, threads: int, quick: bool, which: str) -> dict:
 
     tok, _, model = setup(folder, threads)
     rows = json.loads(Path(os.environ["BENCH_SAMPLES"]).read_text())
-    keep = 16 if quick else 192
-    rows = [dict(r, tokens=r["tokens"][:keep], logprobs=r["logprobs"][:keep]) for r in rows if len(r["tokens"]) >= keep]
+    keep = len(rows[0]["tokens"])
     if which == "hf":
         return _hf_step(folder, rows)
     from tempering.buffer import pack
@@ -303,8 +331,8 @@ def main() -> int:
     ap.add_argument("which", nargs="?", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.part:
-        parts = {"parity": part_parity, "throughput": part_throughput, "train_step": part_train_step,
-                 "train_run": part_train_run}
+        parts = {"parity": part_parity, "throughput": part_throughput, "samples": part_samples,
+                 "train_step": part_train_step, "train_run": part_train_run}
         extra = (args.which,) if args.which else ()
         print(json.dumps(parts[args.part](args.model, args.threads, args.quick, *extra)))
         return 0
@@ -316,11 +344,13 @@ def main() -> int:
     out: dict = {"model": args.model, "threads": args.threads, "quick": args.quick,
                  "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "loadavg_start": os.getloadavg()[0]}}
     out.update(run_part(args, "parity"))
-    tp = {w: run_part(args, "throughput", w) for w in ("hf", "auto", "int8")}
+    tp = {w: run_part(args, "throughput", w) for w in ("hf", "auto", "int8", "bf16")}
     out["tok_per_cpu_s"] = {"hf": tp["hf"]["tok_per_cpu_s"], "tempering_fp32": tp["auto"]["tok_per_cpu_s"],
-                            "tempering_int8": tp["int8"]["tok_per_cpu_s"], "hf_modes": tp["hf"]["modes"]}
-    out["ratio_fp32_over_hf"] = tp["auto"]["tok_per_cpu_s"] / tp["hf"]["tok_per_cpu_s"]
-    out["ratio_int8_over_hf"] = tp["int8"]["tok_per_cpu_s"] / tp["hf"]["tok_per_cpu_s"]
+                            "tempering_int8": tp["int8"]["tok_per_cpu_s"], "tempering_bf16": tp["bf16"]["tok_per_cpu_s"],
+                            "hf_modes": tp["hf"]["modes"]}
+    for name, key in (("fp32", "auto"), ("int8", "int8"), ("bf16", "bf16")):
+        out[f"ratio_{name}_over_hf"] = tp[key]["tok_per_cpu_s"] / tp["hf"]["tok_per_cpu_s"]
+    run_part(args, "samples")
     step = {w: run_part(args, "train_step", w) for w in ("tempering", "hf")}
     out["train_step_s"] = {w: s["seconds"] for w, s in step.items()}
     out["peak_rss_gib"] = {w: s["peak_rss_gib"] for w, s in step.items()}
