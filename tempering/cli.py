@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(--runtime.address)")
     p.set_defaults(handler=_train)
 
-    from tempering.engine.server import add_parser as add_serve
+    from tempering.serve.cli import add_parser as add_serve
     from tempering.reward.rm_training import add_parser as add_train_rm
     from tempering.sandbox.cli import add_parser as add_sandbox
     from tempering.view.server import add_parser as add_view

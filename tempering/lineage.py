@@ -14,7 +14,8 @@ Writes leave the training loop's critical path: `record` only queues (a bounded 
 waits, under the deadline), and a writer thread turns what is queued into rows and commits one
 transaction per batch. `flush` waits for everything queued so far, `close` flushes and stops the
 thread. A run killed with SIGKILL loses at most what was not yet committed; what was committed is
-consistent (SQLite's transactions). `rewind` drops the steps a resumed run will redo. It neither
+consistent (SQLite's transactions). `write` queues rows of other tables through the same writer
+(served traffic's). `rewind` drops the steps a resumed run will redo. It neither
 aggregates nor serves: readers open it read-only through `read_samples` / `read_tool_calls`, or
 `open_read_only` for queries of their own (the dashboard's).
 """
@@ -30,7 +31,7 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tempering.errors import UserError
 from tempering.records import Group, ToolCall, Trajectory
@@ -40,7 +41,12 @@ FILENAME = "lineage.sqlite"
 JSONL = "samples.jsonl"
 BATCH = 512  # rows per transaction at most: one commit (an fsync-free WAL append) per batch
 
-SCHEMA = """
+# A tool call's columns after its owner's key: the training `tool_calls` and served_tool_calls.
+TOOL_CALL_COLUMNS = """turn INTEGER, position INTEGER,
+  name TEXT, arguments TEXT, output TEXT, error TEXT, error_kind TEXT, exec_reason TEXT, exit_code INTEGER,
+  stdout TEXT, stderr TEXT, truncated INTEGER, wall_s REAL, cpu_s REAL, peak_memory_mb REAL, start TEXT,
+  exec_error TEXT, files TEXT"""
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS samples (
   id INTEGER PRIMARY KEY, step INTEGER NOT NULL, task TEXT NOT NULL, domain TEXT NOT NULL,
   sample_index INTEGER NOT NULL, fate TEXT NOT NULL, prompt TEXT NOT NULL, completion TEXT NOT NULL,
@@ -48,10 +54,7 @@ CREATE TABLE IF NOT EXISTS samples (
   reward REAL, components TEXT, weights TEXT, failed INTEGER, reason TEXT, turns TEXT);
 CREATE INDEX IF NOT EXISTS samples_step ON samples(step);
 CREATE TABLE IF NOT EXISTS tool_calls (
-  sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE, turn INTEGER, position INTEGER,
-  name TEXT, arguments TEXT, output TEXT, error TEXT, error_kind TEXT, exec_reason TEXT, exit_code INTEGER,
-  stdout TEXT, stderr TEXT, truncated INTEGER, wall_s REAL, cpu_s REAL, peak_memory_mb REAL, start TEXT,
-  exec_error TEXT, files TEXT);
+  sample_id INTEGER NOT NULL REFERENCES samples(id) ON DELETE CASCADE, {TOOL_CALL_COLUMNS});
 CREATE INDEX IF NOT EXISTS tool_calls_sample ON tool_calls(sample_id);
 """
 
@@ -133,33 +136,47 @@ class LineageStore:
         if self._error is not None:
             raise RuntimeError(f"lineage store: the writer failed: {self._error!r}") from self._error
 
+    def write(self, rows: Callable[[sqlite3.Connection], None]) -> None:
+        """Queue rows of another table (`rows` inserts them, in the writer's thread and batch
+        transaction): what serving records (`tempering.serve.traffic`) shares the writer."""
+        if self._thread is not None:
+            self._put(rows)
+
     def _write_loop(self, db: sqlite3.Connection, jsonl: Path) -> None:
-        with open(jsonl, "a") as summary:
-            while True:
-                items = [self._queue.get()]
-                while len(items) < BATCH and items[-1] is not None:
-                    try:
-                        items.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                cpu = time.thread_time()
-                rows = [x for x in items if isinstance(x, tuple)]
+        summary = None  # samples.jsonl, opened when the first sample comes (a served log has none)
+        while True:
+            items = [self._queue.get()]
+            while len(items) < BATCH and items[-1] is not None:
                 try:
-                    if rows and self._error is None:
-                        _commit(db, summary, rows)
-                except Exception as e:  # the thread's fault boundary: re-raised by the loop's next call
-                    self._error = e
-                self.writer_cpu_s += time.thread_time() - cpu
-                for x in items:
-                    if isinstance(x, threading.Event):
-                        x.set()
-                if items[-1] is None:
-                    db.close()
-                    return
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            cpu = time.thread_time()
+            rows = [x for x in items if isinstance(x, tuple)]
+            other = [x for x in items if callable(x) and not isinstance(x, threading.Event)]
+            try:
+                if rows and summary is None:
+                    summary = open(jsonl, "a")
+                if (rows or other) and self._error is None:
+                    _commit(db, summary, rows, other)
+            except Exception as e:  # the thread's fault boundary: re-raised by the loop's next call
+                self._error = e
+            self.writer_cpu_s += time.thread_time() - cpu
+            for x in items:
+                if isinstance(x, threading.Event):
+                    x.set()
+            if items[-1] is None:
+                db.close()
+                if summary is not None:
+                    summary.close()
+                return
 
 
-def _commit(db: sqlite3.Connection, summary, rows: list[tuple[Group, int, str, int]]) -> None:
+def _commit(db: sqlite3.Connection, summary, rows: list[tuple[Group, int, str, int]],
+            other: list[Callable[[sqlite3.Connection], None]] = ()) -> None:
     with db:  # one transaction for the batch
+        for write in other:
+            write(db)
         for group, i, fate, step in rows:
             t, r = group.trajectories[i], group.rewards[i]
             model = [v for v, m in zip(t.versions, t.loss_mask) if m]
@@ -175,7 +192,8 @@ def _commit(db: sqlite3.Connection, summary, rows: list[tuple[Group, int, str, i
                            _tool_rows(cur.lastrowid, t))
             summary.write(json.dumps(_summary(group, i, fate, step, min(model, default=-1),
                                               max(model, default=-1))) + "\n")
-    summary.flush()
+    if summary is not None:
+        summary.flush()
 
 
 def _runs(versions: list[int]) -> str:
@@ -188,11 +206,12 @@ def _tool_rows(sample_id: int, t: Trajectory) -> list[tuple]:
     for turn_no, turn in enumerate(t.turns):
         for position, c in enumerate(turn.tool_calls):
             rows.append((sample_id, turn_no, position, c.name, json.dumps(dict(c.arguments), default=str),
-                         c.output, c.error, c.error_kind, *_exec_columns(c)))
+                         c.output, c.error, c.error_kind, *exec_columns(c)))
     return rows
 
 
-def _exec_columns(c: ToolCall) -> tuple:
+def exec_columns(c: ToolCall) -> tuple:
+    """A call's sandbox result as the tool_calls table's columns from exec_reason on (None without one)."""
     e = c.result
     if e is None:
         return (None,) * 11

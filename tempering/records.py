@@ -16,8 +16,14 @@ import torch
 
 @dataclass(frozen=True)
 class Message:
+    """One message of a conversation. An assistant message may carry the tool calls it made
+    (`tool_calls`, with their ids); a tool message names the call it answers (`tool_call_id`).
+    Chat templates render both (`Tokenizer.render_chat`)."""
+
     role: str  # "system" | "user" | "assistant" | "tool"
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class ToolCall:
     # model's call could not be made) or "tool" (the tool could not do it: no such file, ...)
     error_kind: str = ""
     result: ExecResult | None = None
+    id: str = ""  # the call's id where a client names it (served function calling); "" in rollouts
 
     @property
     def failed(self) -> bool:

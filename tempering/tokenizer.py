@@ -99,7 +99,7 @@ class Tokenizer:
                     tools: list[dict] | None = None) -> str:
         """The chat template over `messages` (it must have one)."""
         return self._template().render(
-            messages=[{"role": m.role, "content": m.content} for m in messages], tools=tools,
+            messages=[_message_dict(m) for m in messages], tools=tools,
             add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "", eos_token=self.eos_token,
         )
 
@@ -132,6 +132,18 @@ class Tokenizer:
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
         if self.chat_template:  # where transformers 5 writes and reads it, first
             (folder / "chat_template.jinja").write_text(self.chat_template, encoding="utf-8")
+
+
+def _message_dict(m: Message) -> dict:
+    """A message as chat templates read it: tool calls as OpenAI writes them, but with the
+    arguments as an object (Qwen2.5's and Hermes' templates print them with `tojson`)."""
+    out: dict = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": dict(c.arguments)}}
+                             for c in m.tool_calls]
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:

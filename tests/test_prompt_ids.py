@@ -98,7 +98,8 @@ def test_config_add_bos_token_yields_to_the_post_processor_as_in_transformers(tm
 def test_engine_and_server_encode_prompts_as_vllm_does(tmp_path):
     """Text prompts to LLM.generate and /v1/completions get the BOS; chat requests are rendered
     with the template (its own BOS) and encoded without adding specials again."""
-    from tempering.engine import LLM, SamplingParams, api
+    from tempering.engine import LLM, SamplingParams
+    from tempering.serve import api
     from tempering.models import Arch, build_model
 
     ours, hf = both(write_folder(tmp_path, llama3_style(), LLAMA3_CONFIG))

@@ -147,7 +147,7 @@ def execute(call: ToolCall, task: Task, host: ToolHost, turn: int) -> ToolCall:
         return dataclasses.replace(call, error=f"unknown tool {call.name!r}; the tools are {', '.join(task.tools)}",
                                    error_kind="unknown_tool")
     try:
-        args = _arguments(tool, call.arguments)
+        args = bind_arguments(tool, call.arguments)
     except ToolError as e:
         return dataclasses.replace(call, error=str(e), error_kind="bad_arguments")
     try:
@@ -162,7 +162,7 @@ def ends_episode(call: ToolCall, task: Task) -> bool:
     return tool is not None and tool.ends_episode and not call.error
 
 
-def _arguments(tool: Tool, given: Mapping[str, Any]) -> dict[str, str]:
+def bind_arguments(tool: Tool, given: Mapping[str, Any]) -> dict[str, str]:
     """The call's arguments by parameter name, all strings; positional ones (compact format)
     fill the parameters in order, the last taking every remaining line."""
     if "_positional" in given:

@@ -17,6 +17,7 @@ from typing import Literal
 # the checks and the reward sections live in their own modules; their names are the tree's
 from tempering.config.checks import ConfigError, _require, _require_choices, _require_known  # noqa: F401
 from tempering.config.reward import JudgeConfig, RewardConfig, RewardModelConfig  # noqa: F401
+from tempering.config.serve import ServeConfig, TenantConfig  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -539,6 +540,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     @property
     def run_dir(self) -> Path:

@@ -35,13 +35,15 @@ LIMITS = ("time_limit_s", "memory_mb", "pids", "output_limit_bytes")
 @dataclass(frozen=True)
 class ExecTag:
     """Joins an execution to its sample in sandbox.jsonl. It changes nothing about the run
-    itself; a node's scheduler orders jobs by its domain and whether it is an evaluation's."""
+    itself; a node's scheduler orders jobs by its tenant (served) or domain (training) and
+    whether it is an evaluation's."""
 
     sample: str = ""  # the sample id (task id + sample index); "" when not a sample
     turn: int = -1  # the episode turn that issued it (-1: set-up or verification)
     batch: int | None = None  # the rollout batch (training step) it belongs to; resume rewinds by it
     eval: str = ""  # the evaluation label ("baseline", "final", "step-000010") for eval samples
     domain: str = ""  # the sample's domain; "" when not a sample
+    tenant: str = ""  # a served agent run's tenant: the node's scheduler orders its jobs by it
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,7 @@ def record(job: str, backend: str, req: ExecRequest, result: ExecResult, **extra
         "time": round(time.time(), 3), "job": job, "backend": backend, "start": result.start,
         "pid": os.getpid(), "process": multiprocessing.current_process().name,
         "sample": tag.sample, "turn": tag.turn, "batch": tag.batch, "eval": tag.eval, "domain": tag.domain,
+        "tenant": tag.tenant,
         "program": req.command[0][:200], "argc": len(req.command),
         "request_bytes": sum(len(v) for v in req.files.values()) + len(req.stdin),
         "mounts": {m.path: len(m.content.archive) for m in req.mounts},

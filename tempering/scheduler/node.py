@@ -2,7 +2,8 @@
 
 It is a `Sandbox` like the backend it wraps, and the only one the node's episodes, sessions
 and verifiers use: every run waits for a slot (as many as the backend's workers) in the order
-`LocalScheduler` decides, from the run's tag (its domain; evaluation jobs one priority level up)
+`LocalScheduler` decides, from the run's tag (its domain, or for a served agent run its tenant;
+evaluation jobs one priority level up)
 and memory limit, under the slot quotas and priorities the global scheduler hands down
 (`set_policy`). Sessions it opens run their commands through it, so each command queues as a
 job of its own. It keeps the sandbox seconds each task's samples used, for the global
@@ -38,7 +39,8 @@ class NodeSandbox:
         self._count_jobs = count_jobs  # run.deterministic: a job is charged one second, whatever it took
 
     def set_policy(self, quotas: Mapping[str, float], priorities: Mapping[str, int]) -> None:
-        """The global scheduler's slot quotas (shares) and domain priorities for this node."""
+        """The global scheduler's slot quotas (shares) and domain priorities for this node (or,
+        serving, the tenants' shares and priorities)."""
         with self._cond:
             self._priorities = dict(priorities)
             self.local.set_quotas(quotas)
@@ -46,8 +48,9 @@ class NodeSandbox:
 
     def run(self, request: ExecRequest, abort: Abort | None = None) -> ExecResult:
         tag = request.tag
-        priority = self._priorities.get(tag.domain, 0) + (1 if tag.eval else 0)
-        job = Job(tag.domain or "-", priority, request.memory_mb or self._default_mb)
+        key = tag.tenant or tag.domain or "-"  # what the quotas and priorities are of
+        priority = self._priorities.get(key, 0) + (1 if tag.eval else 0)
+        job = Job(key, priority, request.memory_mb or self._default_mb)
         with self._cond:
             self.local.submit(job, time.monotonic())
             self._dispatch()

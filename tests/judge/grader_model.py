@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import api
+from tempering.serve import api
 from tempering.models import Arch, build_model, save_hf
 from tempering.reward.rubrics import JudgeItem, Rubric, get_rubric, messages
 from tempering.tokenizer import char_tokenizer

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import random
 import sys
+from pathlib import Path
 
 from tempering.records import Budget, Environment, Message, Task, Trajectory
 from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
@@ -50,13 +51,17 @@ def _make(rng: random.Random) -> Task:
     if not names:
         raise RuntimeError("terminal: no shipped task can run here (see the skip reasons above)")
     name = rng.choice(names)
-    info = catalog.get(name)
-    path = catalog.folder(name)
+    return folder_task(catalog.folder(name), catalog.get(name).agent_timeout_sec)
+
+
+def folder_task(path: Path, agent_timeout_s: float) -> Task:
+    """An episode of the Harbor task folder at `path` (a shipped task's or any other), as this
+    domain plays and verifies it: its instruction as the prompt, the terminal tools."""
     instruction = (path / "instruction.md").read_text(encoding="utf-8")
     return Task(id="", domain="terminal", prompt=instruction, answer="",
                 messages=(Message("system", SYSTEM), Message("user", instruction)), tools=TOOLS,
                 environment=Environment(workdir="/app", folder=str(path)),
-                budget=Budget(max_turns=24, max_tokens=8192, wall_s=info.agent_timeout_sec, cpu_s=300.0))
+                budget=Budget(max_turns=24, max_tokens=8192, wall_s=agent_timeout_s, cpu_s=300.0))
 
 
 def harbor_tests(task: Task, sample: Trajectory, ctx: VerifierContext) -> Verdict:

@@ -8,9 +8,14 @@ import threading
 import pytest
 
 from tempering.engine import LLM, CompletionOutput, RequestOutput, SamplingParams
-from tempering.engine.server import EngineLoop, Server
+from tempering.serve.engine_loop import EngineLoop
+from tempering.serve.server import Server
+from tempering.serve.tenants import Tenant
 from tempering.models import Arch, build_model
 from tempering.tokenizer import char_tokenizer
+
+
+ANYONE = Tenant("default")
 
 
 def tiny_engine(tokenizer=None, **options) -> LLM:
@@ -159,9 +164,9 @@ def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
     events: queue.Queue = queue.Queue()
     params = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True)
     try:
-        loop.submit([1, 2], params, events, 0, False)
+        loop.submit([1, 2], params, events, 0, False, ANYONE)
         assert events.get(timeout=30)[1:] == ("error", "engine failure: RuntimeError: decode failed")
-        loop.submit([1, 2], params, events, 1, False)
+        loop.submit([1, 2], params, events, 1, False, ANYONE)
         tag, kind, out = events.get(timeout=30)
         assert (tag, kind, len(out.outputs[0].token_ids)) == (1, "done", 2)
     finally:
@@ -171,6 +176,8 @@ def test_an_engine_failure_fails_the_live_requests_and_the_loop_keeps_serving():
 class _ScriptedEngine:
     """Only the engine's public contract: add_request, step (cumulative outputs, unfinished ones
     too), abort, has_unfinished. The loop must need nothing else."""
+
+    version = 0
 
     def __init__(self, steps: int):
         self.steps, self.done, self.live = steps, 0, False
@@ -195,11 +202,11 @@ class _ScriptedEngine:
 
 
 def test_the_loop_streams_the_new_tokens_of_each_step_output():
-    loop = EngineLoop(_ScriptedEngine(steps=3))
+    loop = EngineLoop(_ScriptedEngine(steps=3), max_running=1)
     loop.start()
     events: queue.Queue = queue.Queue()
     try:
-        loop.submit([1, 2], SamplingParams(max_tokens=3), events, 0, True)
+        loop.submit([1, 2], SamplingParams(max_tokens=3), events, 0, True, ANYONE)
         got = [events.get(timeout=30)[1:] for _ in range(4)]
     finally:
         loop.stop()
@@ -215,8 +222,9 @@ def test_a_request_past_its_deadline_gets_504_and_is_cancelled():
         assert status == 504 and "request_timeout_s" in json.loads(body)["error"]["message"]
         status, _, raw = call(srv, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2, "stream": True})
         assert status == 200 and '"type": "timeout_error"' in raw
+        # both were queued, and taken out of the queue when they timed out
         ops = [srv.loop.inbox.get_nowait()[0] for _ in range(srv.loop.inbox.qsize())]
-        assert ops == ["add", "abort", "add", "abort"]
+        assert ops == ["wake", "wake"] and len(srv.loop.queue) == 0
     finally:
         srv.shutdown()
         srv.server_close()
