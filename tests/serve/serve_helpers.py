@@ -55,10 +55,11 @@ def chat_policy(*chains: list[str]):
 
 @contextlib.contextmanager
 def serving(model, tok, name: str = "tiny", cfg: ServeConfig = ServeConfig(), api_keys: tuple[str, ...] = (),
-            keys_file: str | None = None, **engine):
-    """A started server of `model` on port 0 (closed after)."""
+            keys_file: str | None = None, source=None, **engine):
+    """A started server of `model` on port 0 (closed after); `source`: weights it follows."""
     eng = LLM(model, tok, **{"max_seq_len": 2048, "max_batch_size": 16, **engine})
-    srv = Server(eng, port=0, model_name=name, cfg=cfg, tenants=Tenants.load(cfg, api_keys, keys_file)).start()
+    srv = Server(eng, port=0, model_name=name, cfg=cfg, tenants=Tenants.load(cfg, api_keys, keys_file),
+                 source=source).start()
     try:
         yield srv
     finally:
