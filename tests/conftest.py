@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_helpers import ROOT, train_command
+from run_helpers import ROOT, VIEW_ARTIFACTS, train_command
 
 torch.set_num_threads(1)
 
@@ -36,6 +37,21 @@ class ShortRun:
     returncode: int
     stderr: str
     scrapes: list[str]  # the Prometheus endpoint's answers while it ran, in order
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (Debian's, through Playwright), for the dashboard's browser tests."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed (scripts/test.sh installs it)")
+    VIEW_ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        # --no-sandbox: Chromium's own sandbox refuses to start as root (CI runs as root)
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="session")

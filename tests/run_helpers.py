@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
+VIEW_ARTIFACTS = ROOT / "test-artifacts" / "view"  # the dashboard's browser tests' screenshots
 TINY = ["--model.hidden_size=32", "--model.intermediate_size=64", "--model.num_hidden_layers=2",
         "--model.num_attention_heads=2", "--model.num_key_value_heads=1", "--run.threads=1",
         "--tasks.eval_per_domain=8", "--tasks.sft_per_domain=64", "--rollout.tasks_per_step=4",

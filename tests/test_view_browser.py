@@ -1,45 +1,28 @@
 """The dashboard in headless Chromium (Debian's, driven by Playwright): against the short real
-run of the session (conftest's `short_run`) and against the hand-built run of test_view, whose
+run of the session (conftest's `short_run` and `browser`) and against the hand-built run of test_view, whose
 sample with a sandboxed tool call is known. The oracles are the run's own files (metrics.jsonl,
 lineage.sqlite) and what test_view wrote. Screenshots go to test-artifacts/view/."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
-
+from run_helpers import VIEW_ARTIFACTS as ARTIFACTS
 from test_view import write_run
 from tempering.view.server import start_view
 
-ARTIFACTS = Path(__file__).parent.parent / "test-artifacts" / "view"
 
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed (scripts/test.sh installs it)")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        # --no-sandbox: Chromium's own sandbox refuses to start as root (CI runs as root)
-        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-def _open(browser, run_dir: Path):
+def open_view(browser, run_dir: Path, ready: str = "#domains tr[data-domain]"):
+    """The page of `run_dir` in a new tab, once `ready` shows; its console errors are collected."""
     server, _, url = start_view(run_dir, port=0)
     page = browser.new_page(viewport={"width": 1400, "height": 1800})
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url)
-    page.wait_for_selector("#domains tr[data-domain]")
+    page.wait_for_selector(ready)
     return server, page, errors
 
 
@@ -48,7 +31,7 @@ def test_a_real_run_its_domains_charts_and_a_sample(browser, short_run):
     rows = [json.loads(line) for line in (short_run.dir / "metrics.jsonl").read_text().splitlines()]
     latest = {k.removeprefix("reward/domain/"): v for r in rows for k, v in r.items() if k.startswith("reward/domain/")}
     domains = set(latest)
-    server, page, errors = _open(browser, short_run.dir)
+    server, page, errors = open_view(browser, short_run.dir)
     try:
         table = page.locator("#domains tr[data-domain]")
         assert sorted(table.evaluate_all("rows => rows.map(r => r.dataset.domain)")) == sorted(domains)
@@ -90,7 +73,7 @@ def test_a_real_run_its_domains_charts_and_a_sample(browser, short_run):
 
 
 def test_a_sample_with_a_sandboxed_tool_call(browser, tmp_path):
-    server, page, errors = _open(browser, write_run(tmp_path / "run"))
+    server, page, errors = open_view(browser, write_run(tmp_path / "run"))
     try:
         assert page.locator("#domains tr[data-domain]").count() == 2
         page.select_option("#filter-fate", "trained")

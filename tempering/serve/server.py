@@ -128,7 +128,7 @@ class Handler(BaseHTTPRequestHandler):
             if self.path not in ROUTES:
                 raise api.ApiError(404, f"no route POST {self.path}", "not_found_error")
             body = self._body()
-            call.tenant = self._tenant()
+            self._admit(call)
             _check_model(body, self.server.model_name)
             if call.kind == "agent_run":
                 return self.server.agents.serve(self, body, call)
@@ -142,8 +142,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._fail(call, api.ApiError(400, str(e)))
         (self._stream if req.stream else self._complete)(call, req, ids)
 
-    def _tenant(self) -> Tenant:
-        tenant = self.server.tenants.authenticate(self.headers.get("Authorization"))
+    def _admit(self, call: "Call") -> None:
+        """Name the call's tenant (401 without one), and take its rate token (429 when none is left)."""
+        tenant = call.tenant = self.server.tenants.authenticate(self.headers.get("Authorization"))
         if tenant is None:
             raise _unauthorized()
         wait = self.server.limiter.admit(tenant)
@@ -151,7 +152,6 @@ class Handler(BaseHTTPRequestHandler):
             raise api.ApiError(429, f"tenant {tenant.name} is over its rate of {tenant.requests_per_s:g} requests per "
                                     f"second (burst {tenant.burst}); retry in {wait:.1f} s", "rate_limit_error",
                                "rate_limit_exceeded", retry_after=wait)
-        return tenant
 
     def _body(self) -> Any:
         try:
@@ -323,7 +323,7 @@ class Call:
             latency_s=now - self.start, ttft_s=min(firsts) - self.start if firsts else None,
             queue_s=max(admitted) if admitted else None, prompt_tokens=sum(map(len, ids)),
             completion_tokens=self.generated, prompt="\n".join(tok.decode(i, skip_special_tokens=False) for i in ids),
-            completion=texts[0] if len(texts) == 1 else json.dumps(texts), finish_reason=",".join(dict.fromkeys(reasons)),
+            completion=texts[0] if len(texts) == 1 else json.dumps(texts) if texts else "", finish_reason=",".join(dict.fromkeys(reasons)),
             error=error, tool_calls=tuple((0, c) for c in calls))
 
 

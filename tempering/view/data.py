@@ -15,7 +15,7 @@ import math
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tempering import lineage
 from tempering.errors import UserError
@@ -83,7 +83,7 @@ class JsonlTail:
         self.offset += len(done)
         for line in done.splitlines():
             self.lines += 1
-            if isinstance(row := _loads(line, None), dict):
+            if isinstance(row := loads(line, None), dict):
                 self.rows.append(row)
                 if self.fold is not None:
                     self.fold.add(row)
@@ -111,6 +111,7 @@ class RunData:
                 "status": "finished" if finished else "live", "step": last.get("step"),
                 "steps": run_cfg.get("steps"), "reward": last.get("reward/mean"),
                 "elapsed_s": last.get("elapsed_s"), "has_lineage": (self.dir / lineage.FILENAME).is_file(),
+                "has_metrics": (self.dir / METRICS).is_file(),
                 "warnings": self.metrics_tail.bad[:20] + self.sandbox_tail.bad[:20],
                 "summary": _read_json(self.dir / "summary.json") if finished else None}
 
@@ -144,6 +145,13 @@ class RunData:
             cur = db.execute(sql, args)
             return [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
 
+    def traffic(self, read: Callable[..., Any], *args: Any, empty: Any = None) -> Any:
+        """`read(db, *args)` on the lineage store (served traffic: `view.traffic`); `empty` before it exists."""
+        if not (self.dir / lineage.FILENAME).is_file():
+            return empty
+        with contextlib.closing(lineage.open_read_only(self.dir)) as db:
+            return read(db, *args)
+
     def samples(self, params: dict[str, str]) -> dict[str, Any]:
         where, args, limit, offset = sample_filters(params)
         page = {"samples": [], "total": 0, "limit": limit, "offset": offset}
@@ -164,7 +172,7 @@ class RunData:
         row["failed"] = bool(row["failed"])
         calls = lineage.read_tool_calls(self.dir, sample_id)
         for c in calls:
-            c["arguments"], c["files"] = _loads(c["arguments"], c["arguments"]), _loads(c["files"], c["files"])
+            c["arguments"], c["files"] = loads(c["arguments"], c["arguments"]), loads(c["files"], c["files"])
         return {**row, "tool_calls": calls}
 
     def staleness(self) -> dict[str, Any]:
@@ -184,14 +192,14 @@ def sample_filters(params: dict[str, str]) -> tuple[str, list, int, int]:
     if params.get("fate") and params["fate"] not in FATES:
         raise BadParameter("fate", f"{params['fate']!r} is not one of {', '.join(FATES)}")
     given = [(name, sql, kind) for name, (sql, kind) in columns.items() if params.get(name, "") != ""]
-    args = [_number(name, params[name], kind) if kind is not str else params[name] for name, _, kind in given]
+    args = [number(name, params[name], kind) if kind is not str else params[name] for name, _, kind in given]
     where = " AND ".join(sql for _, sql, _ in given)
-    limit = _number("limit", params.get("limit") or "50", int, 1, MAX_LIMIT)
-    offset = _number("offset", params.get("offset") or "0", int, 0)
+    limit = number("limit", params.get("limit") or "50", int, 1, MAX_LIMIT)
+    offset = number("offset", params.get("offset") or "0", int, 0)
     return (f" WHERE {where}" if where else ""), args, limit, offset
 
 
-def _number(name: str, text: str, kind: type, low: int = -2**63, high: int = 2**63 - 1) -> int | float:
+def number(name: str, text: str, kind: type, low: int = -2**63, high: int = 2**63 - 1) -> int | float:
     """`text` as `kind`, finite and within [low, high] (by default, what an SQLite integer holds)."""
     try:
         value = kind(text)
@@ -276,23 +284,23 @@ def sandbox_summary(rows: list[dict]) -> dict[str, Any]:
         for k in ("wall", "total"):
             if _nums(r.get(f"{k}_s")):
                 per[k].append(r[f"{k}_s"])
-    latency = [{"domain": d, "count": len(s["wall"]), **{f"{k}_p{round(q * 100)}": _quantile(s[k], q)
+    latency = [{"domain": d, "count": len(s["wall"]), **{f"{k}_p{round(q * 100)}": quantile(s[k], q)
                for k in ("wall", "total") for q in (0.5, 0.99)}} for d, s in sorted(seconds.items())]
     return {"executions": len(rows), "reasons": dict(Counter(str(r.get("reason")) for r in rows).most_common()),
             "starts": dict(Counter(str(r.get("start")) for r in rows).most_common()), "latency": latency}
 
 
-def _quantile(values: list[float], q: float) -> float | None:
+def quantile(values: list[float], q: float) -> float | None:
     """The nearest-rank quantile (an observed value, not an interpolation)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else None
 
 
 def _read_json(path: Path) -> Any:  # None when absent or still being written: the caller shows what it has
-    return _loads(path.read_bytes(), None) if path.is_file() else None
+    return loads(path.read_bytes(), None) if path.is_file() else None
 
 
-def _loads(text: Any, default: Any) -> Any:
+def loads(text: Any, default: Any) -> Any:
     try:
         return json.loads(text)
     except (ValueError, TypeError):

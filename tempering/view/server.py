@@ -3,7 +3,9 @@
 GET only. `/` is the page; `/static/*` its script and style, and plotly.min.js from the installed
 plotly package (no CDN: the dashboard works offline). The API: `/api/run`, `/api/metrics[?keys=a,b]`,
 `/api/domains`, `/api/samples?domain=&fate=&reward_min=&reward_max=&step_min=&step_max=&limit=&offset=`,
-`/api/sample/<id>`, `/api/sandbox`, `/api/staleness`. A bad parameter is HTTP 400 with a JSON error
+`/api/sample/<id>`, `/api/sandbox`, `/api/staleness`, and served traffic (`tempering serve`'s
+`serve.log_dir`): `/api/served`, `/api/served/requests?tenant=&kind=&status=&limit=&offset=`,
+`/api/served/<id>`. A bad parameter is HTTP 400 with a JSON error
 naming it; an unknown path or sample is 404; an unreadable store is 500 with its one-line message.
 `start_view` runs it on a thread (tests use port 0); `tempering view` serves in the foreground. It
 reads nothing itself (data.py does) and neither authenticates nor writes: bind it to localhost.
@@ -22,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from tempering.errors import UserError
+from tempering.view import traffic
 from tempering.view.data import BadParameter, RunData
 
 STATIC = Path(__file__).parent / "static"
@@ -102,12 +105,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, data.metrics([k for k in params.get("keys", "").split(",") if k] or None))
         if path == "/api/samples":
             return self._json(200, data.samples(params))
+        if path == "/api/served":
+            return self._json(200, data.traffic(traffic.summary, empty={"served": False, "tenants": [], "timeline": []}))
+        if path == "/api/served/requests":
+            return self._json(200, data.traffic(traffic.requests, params, empty={"requests": [], "total": 0}))
+        match = re.fullmatch(r"/api/served/([^/]+)", path)
+        if match is not None:
+            served_id = _id(match[1])
+            found = data.traffic(traffic.request, served_id)
+            return self._json(200, found) if found else self._json(404, {"error": f"no served request {served_id}"})
         match = re.fullmatch(r"/api/sample/([^/]+)", path)
         if match is None:
             return self._json(404, {"error": f"no such path: {path}"})
-        if not match[1].isdigit() or len(match[1]) > 18:  # an SQLite integer has at most 19 digits
-            raise BadParameter("id", f"{match[1]!r} is not a sample id (an integer)")
-        sample = data.sample(int(match[1]))
+        sample = data.sample(_id(match[1]))
         if sample is None:
             return self._json(404, {"error": f"no sample {match[1]}"})
         self._json(200, sample)
@@ -126,6 +136,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", cache)
         self.end_headers()
         self.wfile.write(body)
+
+
+def _id(text: str) -> int:
+    if not text.isdigit() or len(text) > 18:  # an SQLite integer has at most 19 digits
+        raise BadParameter("id", f"{text!r} is not an id (an integer)")
+    return int(text)
 
 
 def _finite(obj: Any) -> Any:

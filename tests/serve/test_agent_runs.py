@@ -32,10 +32,10 @@ CHECK = "$run python3 -c 'import stats; print(stats.median([5, 1, 3, 2]))'"
 FIXER = [["\n", FIX], [">edited stats.py\n", CHECK], [">2.5\n[exit code 0]\n", "$submit"]]
 
 
-def post(srv, body: dict, stream: bool = False):
+def post(srv, body: dict, stream: bool = False, headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", srv.server_address[1], timeout=120)
     conn.request("POST", "/v1/agent/runs", body=json.dumps({**body, "stream": stream}),
-                 headers={"Content-Type": "application/json"})
+                 headers={"Content-Type": "application/json", **(headers or {})})
     return conn, conn.getresponse()
 
 

@@ -1,12 +1,12 @@
-// The `tempering view` page: fetches /api/*, fills the header, the domain table, the charts and
-// the sample browser, and polls every few seconds while the run is live (no summary.json yet).
+// The `tempering view` page: fetches /api/*, fills the header, served traffic (when the directory
+// has any), the domain table, the charts and the sample browser, and polls every few seconds while the run is live (no summary.json yet).
 // Every chart is plotly.js; sample text is set with textContent, never parsed as HTML.
 "use strict";
 
 const POLL_MS = 4000;
 const TOP = 40;  // bars per per-domain chart: with hundreds of domains, show the ones that stand out
 const state = { run: null, domains: [], sort: { key: "domain", dir: 1 }, filter: "", offset: 0, limit: 50,
-                filters: new URLSearchParams(), selected: null };
+                filters: new URLSearchParams(), selected: null, servedSelected: null, served: false };
 const $ = (id) => document.getElementById(id);
 const fmt = (v, digits = 3) => (v === null || v === undefined ? "–" : typeof v === "number" ? +v.toFixed(digits) : v);
 const layout = (title, extra = {}) => ({ title: { text: title, font: { size: 13 } },
@@ -47,6 +47,9 @@ function renderRun(run) {
   $("run-dir").textContent = run.run_dir;
   $("warnings").textContent = run.warnings.join("; ");
 }
+
+const TRAINING = ["domains-section", "samples-section", "chart-reward", "chart-throughput", "chart-utilisation",
+                  "chart-staleness", "chart-shares"];
 
 // ---- domain table ---------------------------------------------------------------------------
 
@@ -242,15 +245,90 @@ async function showSample(id) {
     ...section(`tool calls (${s.tool_calls.length})`, ...s.tool_calls.map(toolCall)));
 }
 
+// ---- served traffic (tempering serve's serve.log_dir) ---------------------------------------
+
+function renderServed(s) {
+  state.served = s.served;
+  $("served-section").hidden = !s.served;
+  if (!s.served) return;
+  $("served-count").textContent = `${s.requests} requests, ${s.tenants.length} tenants`;
+  $("served-tenants").tBodies[0].replaceChildren(...s.tenants.map((t) => el("tr", { "data-tenant": t.tenant },
+    el("td", { text: t.tenant }),
+    ...[t.requests, t.errors, t.rate_limited, t.agent_runs, fmt(t.mean_reward), fmt(t.latency_p50),
+        fmt(t.latency_p99), fmt(t.ttft_p50), t.completion_tokens].map((v) => el("td", { text: v ?? "–" })))));
+  const select = $("served-tenant");
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "", text: "any" }),
+                         ...s.tenants.map((t) => el("option", { value: t.tenant, text: t.tenant })));
+  select.value = chosen;
+  const names = [...new Set(s.timeline.map((r) => r[1]))];
+  const series = (col) => names.map((n) => {
+    const mine = s.timeline.filter((r) => r[1] === n);
+    return { x: mine.map((r) => new Date(r[0] * 1000)), y: mine.map((r) => r[col]), name: n, mode: "lines+markers" };
+  });
+  Plotly.react("chart-served-requests", series(2), layout(`requests per ${s.bucket_s} s, per tenant`), CONFIG);
+  Plotly.react("chart-served-latency", series(3), layout(`mean latency (s) per ${s.bucket_s} s, per tenant`), CONFIG);
+  return loadServed();
+}
+
+async function loadServed() {
+  const q = new URLSearchParams({ limit: 50 });
+  for (const [param, id] of [["tenant", "served-tenant"], ["kind", "served-kind"]]) {
+    if ($(id).value) q.set(param, $(id).value);
+  }
+  let page;
+  try {
+    page = await api(`/api/served/requests?${q}`);
+  } catch (e) {
+    $("served-error").textContent = e.message;
+    return;
+  }
+  $("served-error").textContent = "";
+  $("served").tBodies[0].replaceChildren(...page.requests.map((r) => {
+    const row = el("tr", { class: "served-row", "data-id": r.id },
+      ...[r.id, new Date(r.time * 1000).toLocaleTimeString(), r.tenant, r.kind, r.status, r.version, fmt(r.latency_s),
+          r.completion_tokens, fmt(r.reward)].map((v) => el("td", { text: v ?? "–" })),
+      el("td", { class: "text", text: r.preview ?? "" }));
+    row.classList.toggle("selected", r.id === state.servedSelected);
+    row.addEventListener("click", () => showServed(r.id));
+    return row;
+  }));
+}
+
+async function showServed(id) {
+  state.servedSelected = id;
+  for (const r of document.querySelectorAll("tr.served-row")) r.classList.toggle("selected", r.dataset.id === String(id));
+  const panel = $("served-detail");
+  let r;
+  try {
+    r = await api(`/api/served/${id}`);
+  } catch (e) {
+    panel.replaceChildren(el("p", { class: "error", text: e.message }));
+    return;
+  }
+  const reward = r.reward === null ? [] : section("reward", el("p", { class: "served-reward",
+    text: `${fmt(r.reward, 4)}${r.reward_reason ? ` — ${r.reward_reason}` : ""}` }));
+  panel.replaceChildren(...[
+    el("div", { class: "served-head", text: `#${r.id} · ${r.tenant} · ${r.kind} · HTTP ${r.status} · version ${r.version}` +
+      ` · ${fmt(r.latency_s)} s (first token ${fmt(r.ttft_s)} s, queued ${fmt(r.queue_s)} s) · ` +
+      `${r.prompt_tokens} + ${r.completion_tokens} tokens · finish ${r.finish_reason || "–"}${r.task ? ` · task ${r.task}` : ""}` }),
+    r.error ? el("pre", { class: "error", text: r.error }) : null, ...reward,
+    ...section("prompt", el("pre", { text: r.prompt })), ...section("completion", el("pre", { text: r.completion })),
+    ...section(`tool calls (${r.tool_calls.length})`, ...r.tool_calls.map(toolCall))].filter(Boolean));
+}
+
 // ---- wiring ---------------------------------------------------------------------------------
 
-const VIEWS = [["/api/run", renderRun], ["/api/domains", renderDomainData],
+const VIEWS = [["/api/run", renderRun], ["/api/served", renderServed], ["/api/domains", renderDomainData],
                ["/api/metrics?keys=reward/mean,tokens_per_s", renderMetrics], ["/api/staleness", renderStaleness],
                ["/api/sandbox", renderSandbox]];
 
 async function refresh() {
   // each part separately: an unreadable lineage store must not blank the charts drawn from metrics.jsonl
   const results = await Promise.allSettled(VIEWS.map(([path, render]) => api(path).then(render)));
+  // a directory of served traffic only (tempering serve's serve.log_dir) has no training to show
+  const servedOnly = state.served && state.run && !state.run.has_metrics;
+  for (const id of TRAINING) $(id).hidden = servedOnly;
   await loadSamples();
   const failed = results.filter((r) => r.status === "rejected").map((r) => r.reason.message);
   $("warnings").textContent = [...(state.run ? state.run.warnings : []), ...failed].join("; ");
@@ -285,6 +363,7 @@ function wire() {
     loadSamples();
   });
   $("samples-next").addEventListener("click", () => { state.offset += state.limit; loadSamples(); });
+  $("served-filters").addEventListener("submit", (e) => { e.preventDefault(); loadServed(); });
 }
 
 wire();
