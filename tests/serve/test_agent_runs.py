@@ -74,6 +74,10 @@ def test_an_agent_run_fixes_a_shipped_terminal_task_and_its_hidden_tests_pass(fi
     assert row["reward"] == 1.0 and row["tenant"] == "default" and row["task"] == result["task"]["id"]
     assert [c["name"] for c in row["tool_calls"]] == ["edit", "run", "submit"]
     assert row["tool_calls"][1]["exec_reason"] == "ok" and row["tool_calls"][1]["stdout"] == "2.5\n"
+    # Prometheus: each completed run's one command, an "ok" sandbox outcome of its tenant
+    runs = [r for r in read_served(log) if r["kind"] == "agent_run" and r["status"] == 200]
+    assert f'tempering_serve_sandbox_executions_total{{reason="ok",tenant="default"}} {len(runs)}.0' in _metrics(srv)
+    assert f'tempering_serve_agent_runs_total{{outcome="completed",tenant="default"}} {len(runs)}.0' in _metrics(srv)
 
 
 @needs_sandbox
@@ -141,10 +145,13 @@ def test_a_client_that_goes_away_mid_run_leaves_no_sandbox_process(tmp_path):
         assert wait_until(lambda: srv.traffic is not None and _flushed_rows(srv, tmp_path), 60)
         (row,) = [r for r in read_served(tmp_path) if r["kind"] == "agent_run"]
         assert row["status"] == 499 and row["finish_reason"] == "abort" and row["reward"] is None
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout=30).read().decode()
-        assert 'tempering_serve_agent_runs_total{outcome="cancelled",tenant="default"} 1.0' in metrics
+        assert 'tempering_serve_agent_runs_total{outcome="cancelled",tenant="default"} 1.0' in _metrics(srv)
     # the server closed its sandbox: none of its processes or its staging folder remain
     assert wait_until(lambda: not host_cmdlines_containing(staging), 30) and not os.path.exists(staging)
+
+
+def _metrics(srv) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout=30).read().decode()
 
 
 def _flushed_rows(srv, log) -> bool:
