@@ -126,6 +126,25 @@ def test_waiting_runs_start_in_priority_order(backend):
                                  ["high-eval", "high-1", "low-eval", "mid-1", "low-1", "low-2", "other"]]
 
 
+def test_served_runs_wait_by_their_tenant_not_their_domain(backend):
+    """Serving: jobs of agent runs queue under their tenant (its priority; its share is the local
+    scheduler's quota, tested there), whatever the task's domain."""
+    node = make_node(backend, 1, aging_s=10_000.0)
+    node.set_policy({}, {"vip": 1, "terminal": 5})
+    hold = Hold(node)
+    jobs = [("heavy-1", "heavy"), ("heavy-2", "heavy"), ("light-1", "light"), ("vip-1", "vip")]
+    requests = [ExecRequest(("sleep", "0.2"), tag=ExecTag(sample=f"{n}/0", domain="terminal", tenant=t))
+                for n, t in jobs]
+    runs = queue_from_threads(node, requests)
+    assert node.report().queued_by_domain == {"heavy": 2, "light": 1, "vip": 1}  # queued by tenant
+    hold.release()
+    for th, out in runs:
+        join(th)
+        assert out[0].ok, out
+    # vip first (a level up; the domain's own level does not count), then in order of arrival
+    assert samples(node)[1:] == ["vip-1/0", "heavy-1/0", "heavy-2/0", "light-1/0"]
+
+
 def test_session_commands_queue_as_node_jobs(backend):
     """A session opened through the node runs each command as a node job: it waits for the slot and is counted."""
     node = make_node(backend, 1)
