@@ -31,8 +31,9 @@ from tempering.config import Config, ConfigError, ModelConfig, RuntimeConfig, To
 from tempering.evaluation import EvalResult
 from tempering.lineage import LineageStore, rewind as rewind_lineage
 from tempering.metrics import Metrics, plot_rewards, progress_bar, rewind_jsonl
-from tempering.models import Arch, Decoder, build_model, load_hf
+from tempering.models import Arch, Decoder, build_model, load_hf, save_hf
 from tempering.models.gguf_file import local_model
+from tempering.models.lora import Merged, adapters, apply_lora, load_peft
 from tempering.pool import TaskPool
 from tempering.scheduler.global_ import GlobalScheduler
 from tempering.reward.graders import check_scorers
@@ -64,6 +65,11 @@ class Run:
     shards: Path | None = None  # a sharded checkpoint resumed from: the trainer group loads it once started
 
     @property
+    def policy(self) -> Decoder | Merged:
+        """The policy as engines load it: with LoRA adapters, merged into the base's weights."""
+        return Merged(self.model) if adapters(self.model) else self.model
+
+    @property
     def wall_seconds(self) -> float:
         """Seconds of the run so far, earlier invocations (before a --resume) included."""
         return self.state["wall_seconds"] + time.monotonic() - self.started
@@ -83,7 +89,7 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
                                            cfg.run.stall_timeout_s, runtime, ask)
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)
                     run.trainer.load(run.shards)
-            with RolloutService(rollout_spec(run), run.model, run.state["version"], run.scheduler, runtime,
+            with RolloutService(rollout_spec(run), run.policy, run.state["version"], run.scheduler, runtime,
                                 cfg.runtime.replicas, cfg.runtime.replica_resources,
                                 cfg.runtime.max_replicas) as rollout:
                 if run.state["baseline"] is None:
@@ -123,7 +129,7 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             stats = run.trainer.rl_step(batch) if batch is not None else None
             run.state["step"] += 1
             run.state["version"] += 1
-            published = rollout.publish(run.model, run.state["version"])
+            published = rollout.publish(run.policy, run.state["version"])
             timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds,
                        **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()},
                        # weight sync: this publish, the workers' fetches (blobs, broadcasts), pulls and drains
@@ -205,6 +211,8 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)
     tokenizer.save(run_dir / "tokenizer")
+    if cfg.trainer.lora_rank:
+        model = with_adapters(cfg, run_dir, model, ckpt)
     trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens,
                       total_steps=cfg.run.steps)
     shards = None
@@ -220,6 +228,24 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
         raise ConfigError(f"reward.domain_weights.{unknown[0]}: not a domain of tasks.weights "
                           f"({', '.join(sorted(cfg.tasks.weights))})")
     return Run(cfg, run_dir, tokenizer, model, trainer, scheduler, advantage, state, started, threads, shards)
+
+
+def with_adapters(cfg: Config, run_dir: Path, model: Decoder, ckpt: Path | None) -> Decoder:
+    """trainer.lora_rank > 0: the base model with adapters on it. A new run keeps its base in
+    `<run>/base` (it never changes); a resumed one takes that base and its checkpoint's adapters
+    (its `model/` holds the merged weights, for transformers)."""
+    if cfg.runtime.trainer_ranks > 1 or cfg.algorithm.advantage == "gae":
+        raise ConfigError("trainer.lora_rank > 0 runs in one trainer process without a critic; runtime.trainer_ranks "
+                          f"is {cfg.runtime.trainer_ranks} and algorithm.advantage {cfg.algorithm.advantage!r}")
+    if ckpt is None:
+        save_hf(model, run_dir / "base")
+    else:
+        model = load_hf(run_dir / "base")
+    t = cfg.trainer
+    apply_lora(model, t.lora_rank, t.lora_alpha, t.lora_targets, seed=cfg.run.seed)
+    if ckpt is not None:
+        load_peft(model, ckpt / "adapter")
+    return model
 
 
 def check_deterministic(cfg: Config) -> None:

@@ -404,6 +404,12 @@ class TrainerConfig:
     share_prompts: bool = True
     warmup_steps: int = 0
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; cosine decays over run.steps
+    # LoRA (models.lora): > 0 = adapters of this rank on `lora_targets`, the only weights that train
+    # (and carry optimizer state); engines and checkpoints get the weights with the adapters merged;
+    # the KL reference is the base (adapters off). 0 = full fine-tuning
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     min_lr_ratio: float = 0.1  # where cosine ends, as a fraction of lr
 
     def __post_init__(self) -> None:
@@ -417,6 +423,11 @@ class TrainerConfig:
         _require(self.micro_batch_tokens > 0, "trainer.micro_batch_tokens", "an integer > 0",
                  self.micro_batch_tokens)
         _require(self.warmup_steps >= 0, "trainer.warmup_steps", "an integer >= 0", self.warmup_steps)
+        _require(self.lora_rank >= 0, "trainer.lora_rank", "an integer >= 0 (0 = full fine-tuning)", self.lora_rank)
+        _require(self.lora_alpha > 0, "trainer.lora_alpha", "a number > 0", self.lora_alpha)
+        linears = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+        _require(len(self.lora_targets) > 0 and set(self.lora_targets) <= set(linears), "trainer.lora_targets",
+                 f"a non-empty list of {', '.join(linears)}", self.lora_targets)
         _require(0 <= self.min_lr_ratio <= 1, "trainer.min_lr_ratio", "a number in [0, 1]", self.min_lr_ratio)
 
 

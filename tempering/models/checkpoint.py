@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from safetensors import SafetensorError
@@ -85,7 +86,15 @@ def _load(path: Path) -> dict[str, torch.Tensor]:
         raise UserError(f"{path}: not a readable safetensors file ({e})") from None
 
 
-def save_hf(model: Decoder, folder: str | Path) -> None:
+class Weights(Protocol):
+    """What `save_hf` writes: a `Decoder`, or a view of one (`lora.Merged`)."""
+
+    arch: Arch
+
+    def state_dict(self) -> dict[str, torch.Tensor]: ...
+
+
+def save_hf(model: Weights, folder: str | Path) -> None:
     """Write config.json and model.safetensors (tied lm_head stored once, as HF does)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

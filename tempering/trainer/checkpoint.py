@@ -1,7 +1,7 @@
 """Run checkpoints: the model in HF format plus what `--resume` needs to continue exactly.
 
 A checkpoint folder holds `model/` (config.json + model.safetensors + tokenizer, loadable by
-transformers), `trainer.pt` (optimizer and LR schedule), `rng.pt` (Python, NumPy and torch RNG
+transformers; with LoRA the adapters merged in, and `adapter/` beside it in PEFT's layout), `trainer.pt` (optimizer and LR schedule), `rng.pt` (Python, NumPy and torch RNG
 states) and `state.json` (step, version, counters, the baseline evaluation). It is written to a
 temporary folder and renamed, so an interrupted save never leaves a half checkpoint as latest.
 A sharded checkpoint (trainer ranks with `runtime.checkpoint_format = "sharded"`) holds, in
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from tempering.models import Decoder, load_hf, save_hf
+from tempering.models.lora import Merged, adapters, save_peft
 from tempering.tokenizer import Tokenizer
 
 
@@ -34,7 +35,11 @@ def save_checkpoint(run_dir: Path, model: Decoder, tokenizer: Tokenizer, trainer
     final = root / f"step-{state['step']:06d}"
     tmp = root / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    save_hf(model, tmp / "model")
+    if adapters(model):  # LoRA: the merged model for transformers, the adapters in PEFT's layout for peft
+        save_hf(Merged(model), tmp / "model")
+        save_peft(model, tmp / "adapter")
+    else:
+        save_hf(model, tmp / "model")
     tokenizer.save(tmp / "model")
     if trainer_state is not None:
         torch.save(trainer_state, tmp / "trainer.pt")

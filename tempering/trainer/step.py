@@ -18,6 +18,7 @@ and off-policy tokens are gathered, so the step is the single-process one (GAE i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -31,6 +32,7 @@ from tempering.algorithms.advantages import gae, last_token_rewards, whiten
 from tempering.algorithms.losses import k3, truncated_is_weight, value_loss
 from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Decoder
+from tempering.models.lora import adapters, adapters_off
 from tempering.records import Batch
 from tempering.trainer.critic import Critic, critic_optimizer
 from tempering.trainer.offpolicy import OffPolicyMeter
@@ -100,8 +102,10 @@ class Trainer:
         self.reference: Decoder | None = None
         self.critic: Critic | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-                                           weight_decay=cfg.weight_decay)
+        # with LoRA adapters (models.lora) only they train: the base's frozen weights carry no state
+        self.lora = bool(adapters(model))
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                                           betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(cfg, s, total_steps))
 
     def rl_step(self, batch: Batch) -> StepStats:
@@ -161,9 +165,9 @@ class Trainer:
         if self.algo.entropy_coef > 0:  # else the entropy stays a metric, outside the graph
             per_token = per_token - self.algo.entropy_coef * entropy
         kl_ref = torch.zeros_like(logp)
-        if self.reference is not None:
-            with torch.no_grad():
-                ref, _ = self._logprobs(self.reference, batch, rows, width, layout=layout)
+        if self.reference is not None or (self.lora and self.algo.kl_coef > 0):
+            with torch.no_grad(), (adapters_off(self.model) if self.lora else contextlib.nullcontext()):
+                ref, _ = self._logprobs(self.reference or self.model, batch, rows, width, layout=layout)
             kl_ref = self.kl(logp, ref)
             per_token = per_token + self.algo.kl_coef * kl_ref
         loss = (per_token * w).sum()
@@ -241,7 +245,7 @@ class Trainer:
         """The reference and the critic are copies of the policy as RL starts (after any SFT
         warm-up: a copy made earlier would anchor RL to the untrained model), unless
         `load_state_dict` restored them from a checkpoint."""
-        if self.algo.kl_coef > 0 and self.reference is None:
+        if self.algo.kl_coef > 0 and self.reference is None and not self.lora:  # LoRA: the base, adapters off
             self.reference = self._frozen_copy()
         if self.algo.advantage == "gae" and self.critic is None:
             self.critic = Critic(self.model)
@@ -272,7 +276,8 @@ class Trainer:
     def _apply(self) -> tuple[float, float]:
         """Clip, step and clear the policy (and the critic, when there is one); the LR schedule
         steps once per batch, apart. -> grad norms"""
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, self.cfg.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         value_grad_norm = math.nan
@@ -337,7 +342,7 @@ class Trainer:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if "reference" in state and self.algo.kl_coef > 0:
+        if "reference" in state and self.algo.kl_coef > 0 and not self.lora:
             self.reference = self._frozen_copy()
             self.reference.load_state_dict(state["reference"])
         if "critic" in state and self.algo.advantage == "gae":
