@@ -46,6 +46,7 @@ from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
 from tempering.trainer import StepStats, Trainer
 from tempering.trainer.group import TrainerGroup
 from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tempering.trainer.recompute import recompute_blocks
 from tempering.trainer.distributed import read_shards
 from tempering.trainer.sft import fitting, sft_warmup
 
@@ -213,6 +214,8 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
     tokenizer.save(run_dir / "tokenizer")
     if cfg.trainer.lora_rank:
         model = with_adapters(cfg, run_dir, model, ckpt)
+    if cfg.trainer.gradient_checkpointing:
+        recompute_blocks(model)
     trainer = Trainer(model, cfg.trainer, cfg.algorithm, cfg.rollout.temperature, cfg.rollout.max_tokens,
                       total_steps=cfg.run.steps)
     shards = None
