@@ -404,12 +404,12 @@ class TrainerConfig:
     share_prompts: bool = True
     warmup_steps: int = 0
     schedule: Literal["constant", "cosine"] = "constant"  # after warm-up; cosine decays over run.steps
-    # LoRA (models.lora): > 0 = adapters of this rank on `lora_targets`, the only weights that train
-    # (and carry optimizer state); engines and checkpoints get the weights with the adapters merged;
-    # the KL reference is the base (adapters off). 0 = full fine-tuning
     # recompute each block's activations in the backward pass (trainer/recompute.py): a real model's
     # long rows fit in far less memory, for about a third more compute
     gradient_checkpointing: bool = False
+    # LoRA (models.lora): > 0 = adapters of this rank on `lora_targets`, the only weights that train
+    # (and carry optimizer state); engines and checkpoints get the weights with the adapters merged;
+    # the KL reference is the base (adapters off). 0 = full fine-tuning
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
