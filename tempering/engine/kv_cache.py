@@ -1,20 +1,13 @@
 """`KVPool`: the paged KV storage, one tensor per layer for keys and one for values.
 
-Layout is slot-major, `[num_blocks * block_size, kv_heads, head_dim]`, where slot =
-block * block_size + offset, on the model's device: writing a step's tokens is one `index_copy_` and reading a batch's
-context is one `index_select` per layer into a buffer reused by every layer (measured here:
-gathering slot-major rows is about 3x cheaper than head-major ones, and attention over the
-gathered view is cheaper too). With `dtype="int8"` values are stored quantized with per-token
-scales (see kv_quant) and dequantized on gather; with "fp16" or "bf16" they are stored rounded to
-16 bits under a wider model (half the bytes) and widened on gather. With `summaries`, it keeps each block's
-elementwise min and max key per layer as keys are written (block-sparse attention scores blocks
-by them, `sparse`), and the float32 sums of its keys and of its values (the blocks a row does
-not read are attended through their means). With `offload_dir`, keys and values live in a memory-mapped file and blocks a
-step did not touch leave memory after it (`kv_offload`). On Linux a CPU pool's keys and values
-ask for 2 MiB pages (`_advise_huge_pages`): decode reads blocks scattered over the pool, and with
-4 KiB pages nearly every block's read began with a TLB miss (`bench/kv_pages.py`: 2-9% of a
-decode attention call, on a noisy machine). This module knows nothing of sequences.
-"""
+Slot-major, `[num_blocks * block_size, kv_heads, head_dim]` on the model's device: writing a
+step's tokens is one `index_copy_`, reading a batch's context one `index_select` per layer into a
+reused buffer. Values are stored in the engine's dtype, in 16 bits under a wider model, or int8
+with per-token scales (`kv_quant`), widened on gather. With `summaries` it keeps each block's
+min, max and sum of keys and sum of values per layer (for block-sparse attention, `sparse`); with
+`offload_dir` the tensors live in a memory-mapped file (`kv_offload`). On Linux a CPU pool asks
+for 2 MiB pages, since decode reads blocks scattered over the pool. It knows nothing of
+sequences. Measured costs of these choices: docs/benchmarks.md."""
 
 from __future__ import annotations
 

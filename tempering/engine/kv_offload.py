@@ -1,27 +1,13 @@
 """Cold KV blocks out of memory: the pool's key and value tensors backed by a memory-mapped file.
 
-With `engine.kv_offload_dir` set, `KVPool` allocates its per-layer key and value tensors from one
-file in that directory (unlinked at creation, so a crash leaves nothing behind; the file is
-sparse, so unwritten slots cost no disk). Reads and writes go through the mapping as to any
-tensor, so correctness never depends on what is resident: a block that was paged out is faulted
-back in by the OS when it is read. What this module adds is the policy and the bookkeeping:
-
-- every block read (`gather`) or written in a layer during a step is marked touched;
-- after each step, `evict` writes the blocks of a layer that no step touched in the last
-  `idle_steps` back to the file and drops them from memory (msync, then MADV_DONTNEED and
-  POSIX_FADV_DONTNEED over their whole pages), so resident memory is what recent steps read or
-  wrote: under block-sparse attention, the sink, local and recently selected blocks; idle
-  prefix-cache blocks and freed blocks leave memory a few steps after their last use;
-- before a gather reads blocks that were evicted, `prefetch` asks the OS to read them ahead
-  (MADV_WILLNEED), one hint per run of adjacent blocks instead of a fault per page.
-
-Dense layers read every block of their sequences each step, so their blocks stay resident; the
-saving comes from sparse layers, idle cached blocks and long contexts. Block summaries and int8
-scales stay in ordinary memory (a few percent of the bytes, read every step by the selection).
-Only a CPU pool can be offloaded this way (a GPU pool would need host copies and an indirection
-in the block table; not built). Residency is measured, not assumed: `resident_bytes` asks the
-kernel (mincore) which pages of the mapping are in memory.
-"""
+With `engine.kv_offload_dir`, `KVPool` allocates its keys and values from one sparse, unlinked
+file there; reads and writes go through the mapping, so correctness never depends on residency.
+This module adds the policy: blocks a step reads or writes are marked touched; after each step
+`evict` writes back and drops from memory the blocks no step touched in the last `idle_steps`
+(msync, MADV_DONTNEED, POSIX_FADV_DONTNEED); before a gather, `prefetch` hints evicted blocks back
+in (MADV_WILLNEED). Dense layers keep their blocks resident; the saving comes from sparse layers,
+idle cached blocks and long contexts. Block summaries and int8 scales stay in memory.
+`resident_bytes` measures residency (mincore). CPU pools only."""
 
 from __future__ import annotations
 

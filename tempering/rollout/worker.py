@@ -1,25 +1,14 @@
 """The rollout worker: a process that runs the groups the global scheduler orders on its engine
 and sends each back scored, and evaluates the policy on the held-out tasks when asked.
 
-It builds its components from their config sections: the engine, the node's sandbox service
-when a domain needs one (the backend behind its local scheduler, `scheduler.node`), the reward
-service, and an `EpisodeRunner` over them. It draws no task and admits nothing itself: the
-trainer's side (`service.RolloutService`, with `scheduler.global_`) sends `GroupOrder`s, the
-node's `NodePolicy` and `EvalRequest`s through one queue, and takes `GroupDone`s back. New
-weights are loaded between engine steps by `weights.EngineSync`: with `rollout.partial_rollouts`
-as soon as they are published (running requests are recomputed under them and keep the versions
-of the tokens they already have), without it once the requests in flight have finished under
-the weights they started with (no new request is admitted meanwhile). What the loads cost goes
-back with each group (`GroupDone.sync`). The engine is Tempering's (`engine.LLM`) or vLLM (`engine.backend = "vllm"`,
-`engine.vllm_backend`). The weights come from a `WeightStore` (local
-processes) or a `BlobChannel` (any node; a version shows a moment after it is published).
-Evaluation runs greedy episodes of the held-out tasks it is sent through the same runner, at
-the version the trainer asks for (once that version is loaded, after a drain if one is under
-way). On a runtime whose queues and events are remote calls, the loop looks at its stop event
-and its orders every `check_every_s` while the engine is busy, not every engine step. With
-`run.deterministic` it takes nothing while its runner is busy: a batch's orders start together
-once all came (in order, at the version they were admitted at), an evaluation runs alone.
-"""
+It builds its engine (Tempering's or vLLM), the node's sandbox service when a domain needs one,
+the reward service and an `EpisodeRunner` over them. It draws no task and admits nothing: the
+trainer's side sends `GroupOrder`s, the node's `NodePolicy` and `EvalRequest`s through one queue
+and takes `GroupDone`s back, each with what weight loads cost. New weights (from a `WeightStore`
+or a `BlobChannel`) load between engine steps by `weights.EngineSync`: at once with
+`rollout.partial_rollouts`, else after the requests in flight finish. Evaluation runs greedy
+episodes at the version the trainer asks for. With `run.deterministic` a batch's orders start
+together and an evaluation runs alone."""
 
 from __future__ import annotations
 

@@ -1,25 +1,14 @@
 """`LocalScheduler`: the order in which one node's sandbox jobs get its slots.
 
-A job waits in its domain's queue; when a slot (and the memory it reserves) is free, the job
-that goes next is chosen in two tiers. Jobs of domains whose recent slot usage is within the
-quota the global scheduler handed down come first; a domain over its quota runs only when no
-domain within its quota has a job waiting, so no slot idles (work-conserving). A quota above
-zero counts as at least one slot: with hundreds of domains a fair share is a small fraction of
-a slot, and a tier that held a domain to it would make the rest of a group wait for the usage
-of its first job to decay; so the tiers hold back the domains that take more than a slot's
-worth (floods), not each domain's second job. Within a tier the job with the lowest key goes:
-its arrival time, moved earlier by `aging_s` per priority level and later by its expected cost
-(the domain's expected duration, learned from the jobs it ran, times its memory need relative
-to a slot's share, capped at `aging_s`). The key is fixed at arrival, so within a tier a job is
-passed only by jobs that arrived at most `aging_s` x (priority difference + 1) after it; a
-domain over its quota comes back within it as the others use the node, after at most its
-excess slot-seconds divided by its quota in slots. Nothing starves.
-
-Usage decays with time constant `horizon_s` (kept as exponentially growing charges, so deciding
-never touches every domain). Everything here is plain bookkeeping with an explicit clock `now`:
-no threads and no sandbox. `scheduler.node.NodeSandbox` runs real jobs through it; the benchmark
-drives it in simulated time. It knows nothing of the global scheduler.
-"""
+When a slot (and the memory it reserves) is free, the next job is chosen in two tiers: domains
+whose recent slot usage is within the quota the global scheduler handed down first (a quota above
+zero counts as at least one slot), over-quota domains only when no other job waits, so no slot
+idles. Within a tier the lowest key goes: arrival time, earlier by `aging_s` per priority level,
+later by the job's expected cost (capped at `aging_s`). The key is fixed at arrival, so a job is
+passed only by jobs that arrived at most `aging_s` x (priority difference + 1) after it: nothing
+starves. Usage decays with time constant `horizon_s`. Plain bookkeeping with an explicit clock:
+no threads, no sandbox (`scheduler.node` runs real jobs through it), nothing of the global
+scheduler."""
 
 from __future__ import annotations
 

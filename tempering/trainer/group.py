@@ -1,28 +1,14 @@
 """`TrainerGroup`: the RL trainer as `world` processes (FSDP2), led by the calling process.
 
-The run's loop stays in the caller, rank 0. It keeps the plain, full policy it was given
-(`model`: what the weight store publishes and a checkpoint saves) and trains its own shard of a
-sharded copy; ranks 1.. are workers of the run's runtime (processes on this machine, or Ray
-actors placed on the cluster's nodes by their `Resources`) that meet rank 0 at its machine's
-address (`runtime.host`) and follow its orders, each a collective every rank joins: `step`
-(every rank is given the whole batch, `parallelize` splits the work; then the full weights are
-gathered into rank 0's plain copy, ready to publish),
-`state` (the full trainer state on rank 0, in the single-process `Trainer.state_dict` format:
-optimizer state keyed by parameter index), and `save` / `load` (each rank writes or reads its
-own shards of a checkpoint folder with torch.distributed.checkpoint, `distributed.write_shards`:
-nothing is gathered, for training states that do not fit one host). A group is built from a
-single-process `Trainer`, restored or fresh, and every rank loads its shards from that
-trainer's full state; a sharded checkpoint is then loaded over it. Both formats resume at
-another number of ranks and in one process: DCP reshards on load (tested from 2 ranks to 2 and
-to one process; 2 to 3 was checked by hand).
-
-A follower that raises ends; rank 0's next collective then fails at the group's deadline and
-the error names the rank and carries its traceback. Followers ignore SIGINT and SIGTERM (the
-runtimes' workers do: rank 0 finishes the run and tells them to stop). A killed run leaves no
-rank behind: local followers watch rank 0's pid and exit when it is gone, and Ray ends the
-actors of a driver that is gone. Ranks on several nodes write a sharded checkpoint into one
-folder, which must then be on a shared filesystem; nothing here moves batches to a GPU.
-"""
+Rank 0 keeps the run's loop and the plain, full policy (what is published and checkpointed) and
+trains its shard; ranks 1.. are workers of the run's runtime (local processes or Ray actors) that
+meet rank 0 at `runtime.host` and follow its orders, each a collective: `step` (every rank gets
+the whole batch; the full weights are then gathered into rank 0's copy), `state` (the full
+trainer state in the single-process format), and `save` / `load` (each rank's own shards with
+torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks.
+A follower that raises ends, and rank 0's next collective fails at the group's deadline naming
+it. Followers ignore SIGINT and SIGTERM and exit when rank 0 is gone. Sharded checkpoints over
+several nodes need a shared filesystem; nothing here moves batches to a GPU."""
 
 from __future__ import annotations
 

@@ -1,36 +1,15 @@
 """`BroadcastPublisher` (the trainer, rank 0) and `BroadcastReceiver` (engine replica i, rank i):
-versioned policy weights over a torch.distributed broadcast group, for engines in other
-processes or on other nodes. NCCL when the weights are on a GPU, gloo otherwise.
+versioned policy weights over a torch.distributed broadcast group of its own (NCCL for weights on
+a GPU, gloo otherwise), built on a `TCPStore` the trainer hosts, which is the control channel.
 
-The group is a process group of its own, built on a `TCPStore` the trainer hosts, not the
-default group: a trainer that is itself a torch.distributed group (FSDP; its rank 0 publishes
-the gathered weights) and engines with groups of their own are left alone. The weights travel
-as a few flat buckets per dtype (`layout.Layout`), one collective each, tied tensors once.
-
-A broadcast is collective, and an engine must not stop generating to take part in one. So each
-replica receives in a thread of its own, and the store is the control channel:
-
-- join: the replica connects to the store (within the group's deadline) and writes its layout
-  (`layout/<rank>`, `joined/<rank>`). The trainer's first publish (or `connect`) waits for every
-  replica's key (a replica missing at the deadline is a `Stall` naming it), compares their
-  layouts with its own, and writes `group`: "ok", or the mismatch, which both sides then raise
-  as a `WeightSyncError` naming the replica and the first tensor that differs. Then both sides
-  build the process group (its timeout is the deadline of every collective).
-- publish: the trainer copies the model into its send buckets, writes `announce/<n>` (the n-th
-  publish) = the version, broadcasts a header [n, version, layout fingerprint, elements] and the
-  buckets, and waits for every replica's `ack/<n>/<rank>` (deadline). A replica's thread looks
-  for `announce/<n>` every `POLL_S` (one key read), receives the header and the buckets into its
-  preallocated buffers under a lock, checks the header and acknowledges ("ok" or the mismatch).
-  When `publish` returns, every replica holds the version, as with `WeightStore`.
-- pull: as `WeightStore.pull`: `version` is a plain read (it raises if the thread has failed); a
-  newer version is loaded under the lock by `engine.load_weights` from views of the buffers, so
-  `EngineSync` applies it at once or after a drain as for the shared-memory store, and a version
-  published meanwhile replaces the one not yet loaded.
-
-A replica's wait for the next announcement has no deadline: an idle trainer (warm-up, evaluation,
-checkpoint) is not a fault, and the engine never waits for it. The trainer's waits all have the
-group's deadline. The NCCL path is written to the same contract but has not run here (no GPU).
-"""
+Replicas join by writing their layout to the store; the trainer's first publish waits for all
+of them and compares layouts (a mismatch is a `WeightSyncError` naming the replica and tensor).
+A publish broadcasts a header and a few flat buckets per dtype (`layout.Layout`) and returns once
+every replica acknowledged; each replica receives in a thread of its own, so its engine never
+stops generating, and loads through `EngineSync` as from the shared-memory store. The trainer's
+waits have the group's deadline; a replica's wait for the next version has none (an idle trainer
+is not a fault). The rollout service does not use it (a gloo group fails as a whole when one
+member dies); the NCCL path has not run here."""
 
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
 """One job inside the sandbox: its init, pid 1 of a fresh pid namespace in fresh mount and IPC
 namespaces.
 
-Made by the zygote ahead of the job, the init unshares its mount and IPC namespaces, mounts a
-new workspace, /tmp and /dev/shm (size-capped tmpfs) and a /proc that shows only this job,
-drops every capability, sets no_new_privs, installs the seccomp filter and says READY to the
-host, which moves it into the job's cgroup while it waits: every process of the job is then
-born there. When the job comes (its stdio and spec), the init writes the request's files and
-spawns the command with that stdio, in a new session, under the job's rlimits, with default
-signal dispositions and no other descriptor. When the command exits, the init kills whatever
-it left behind (nothing survives the namespace), reaps it, collects the requested files
-safely and reports.
-Deadlines, cgroups and the output cap are the host's business.
-
-An init made with `confine_late` (the sandboxes that serve sessions) keeps its privileges
-until the job arrives, because a job may ask for filesystems at absolute paths ("mounts",
-with their tar archives in the spec's tail) and a working directory among them, and for a
-package layer ("layer"): it builds the job's own root with them (`rootfs`), confines itself,
-unpacks the writable ones (as the unprivileged user, from untrusted archives), runs the
-command there, and packs the ones the host wants back into the report's tail. Everything
-else is the same. The report also says how many processes the command left running when it
-ended ("lingering": a service it started, say), all of them killed then.
-"""
+Made by the zygote ahead of the job, the init mounts a new workspace, /tmp and /dev/shm (capped
+tmpfs) and a /proc of its own, drops every capability, sets no_new_privs, installs the seccomp
+filter and says READY; the host moves it into the job's cgroup. When the job comes, it writes the
+request's files, spawns the command in a new session under the job's rlimits, then kills what
+the command left behind, collects the requested files safely and reports (with how many
+processes lingered). An init made with `confine_late` (session sandboxes) keeps its privileges
+until the job arrives, to build the job's own root with its mounts and package layer (`rootfs`)
+before confining itself. Deadlines, cgroups and the output cap are the host's business."""
 
 from __future__ import annotations
 

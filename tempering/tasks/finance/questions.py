@@ -1,27 +1,16 @@
 """Questions about a report, their hidden answers, and judging an answer.
 
-Seven families, each a function of the report and a seeded RNG (`build`): `extraction` (one
-figure of a table), `ratios` (gross margin, current ratio, ... with the definition given),
-`growth` (year-over-year change in percent), `multistep` (free cash flow, net debt, the change in
-working capital, a CAGR, a segment's share, a payout ratio, ...), `inconsistency` (the report has
-one altered figure: which line item), `unanswerable` (what the report does not say: the answer
-is the fixed phrase `ABSENT`) and `conclusion` (a one- or two-sentence conclusion on how revenue,
-a margin or total debt moved: its measures and its check live in `conclusion`). A `Question`
-holds its answer and tolerance, the figures it needs (whose pages give the reference's
-`read_page` calls) and the calculations of its reference.
+Seven families, each a function of the report and a seeded RNG (`build`): `extraction`, `ratios`
+(with the definition given), `growth`, `multistep` (free cash flow, net debt, a CAGR, ...),
+`inconsistency` (which line item was altered), `unanswerable` (the answer is the fixed phrase
+`ABSENT`) and `conclusion` (checked by `conclusion`). A `Question` holds its answer and tolerance,
+the figures it needs and the calculations of its reference.
 
-Answers (`judge`): an answer with more than `MAX_FIGURES` figures (years aside) is a list, not an
-answer; otherwise its last figure counts. A money amount is in the report's unit unless the
-answer writes a scale ("1.2 million", "$3.4bn"); it must match to half a unit (the figure
-exactly). A percentage is in percentage points, with or without "%"; a ratio a plain number or a
-multiple ("1.85x"); both within half the last digit asked for (0.05 points, 0.005). A line item
-is compared by its label, lower-cased, without punctuation, filler words or years
-(`tamper.label_key`); "not in the document" likewise. `partial` is 1 for a right answer and falls
-linearly to 0 at an error of 10% (or 20 tolerances, if larger). No question's answer is within 10
-tolerances of zero, so "0" is never right. A conclusion passes the same first checks (not "not in
-the document", at most `MAX_FIGURES` figures), then `conclusion.judge`: the direction in words and
-the change as a percentage.
-"""
+`judge`: an answer with more than `MAX_FIGURES` figures is a list, not an answer; otherwise its
+last figure counts, in the report's unit unless it writes a scale, within the question's
+tolerance (half the last digit asked for); a line item is compared by its normalised label.
+`partial` falls linearly from 1 to 0 as the error grows. No answer is near zero, so "0" is never
+right."""
 
 from __future__ import annotations
 

@@ -1,26 +1,15 @@
 """Verifying a workspace: a task's hidden tests run on a copy of it, and the reward they write.
 
-`verify` opens a fresh sandbox session on the workspace at WORKDIR (a copy: the episode's own
-is untouched), with a fresh writable copy of the pristine tests at /tests (test scripts build
-and write there; the agent never saw it), an empty writable /logs/verifier and /logs/agent, a
-fresh HOME and the task's verifier package layer (`packages`), and runs /tests/test.sh with
-bash there under the task's verifier timeout (capped by `Limits.verifier_s`). Reward hacking
-is closed at each door a workspace could open: the tests come from the task folder, never
-from the workspace, and bash reads test.sh whole before it runs a line of it (`. test.sh`, not
-`bash test.sh`, which reads as it goes: code under test could append to it); nothing of the
-workspace is on the import path when Python starts (no PYTHONPATH of ours names it, user
-site-packages are off, HOME is not in it); the toolchain's pytest runs with -I and finds its
-plugins and conftest.py files only under /tests (--rootdir and --confcutdir pinned through
-PYTEST_ADDOPTS); the reward is read only from the fresh /logs/verifier, only as a regular file
-(not through a symlink), only when test.sh ended by itself (killed by a signal, its deadline,
-its output cap or its memory limit: 0, whatever had been written) and, for a positive reward,
-only when test.sh exited 0. Not closed: code under test runs as the same user as test.sh, so
-a process it leaves behind can race test.sh's own write of the reward, and code that runs
-before a test reads its data files in /tests could change them (Harbor has both holes);
-closing them needs a second user inside the sandbox. `read_reward` follows Harbor: reward.json first (its "reward", or
-its only number), then reward.txt (one number). A missing or unparsable reward is 0 with the
-reason; a sandbox failure is `failed` (infrastructure, never a training signal).
-"""
+`verify` opens a fresh sandbox session on a copy of the workspace at WORKDIR, with a fresh copy of
+the pristine tests at /tests, empty /logs, a fresh HOME and the task's verifier package layer, and
+runs /tests/test.sh under the task's verifier timeout. The doors a workspace could open are shut:
+the tests never come from the workspace, bash reads test.sh whole before running it, nothing of
+the workspace is on Python's import path, pytest finds plugins and conftest files only under
+/tests, and the reward is read only from the fresh /logs/verifier, as a regular file, only when
+test.sh ended by itself (and exited 0 for a positive reward). Not shut: code under test runs as
+test.sh's user, so it could race the reward's write or change /tests data (Harbor has both).
+`read_reward` follows Harbor (reward.json, then reward.txt); missing is 0, a sandbox failure is
+`failed`."""
 
 from __future__ import annotations
 
