@@ -1,26 +1,14 @@
 """`PagedAttention`: the attention callable the decoder runs with during an engine step.
 
-One step is one flat row of tokens: first the decode tokens (one per sequence), then chunks of
-prefill. The step's metadata (`StepMeta`, built once by the model runner and shared by all
-layers) says where each token's key/value is written in the pool and which pool slots each query
-reads. Per layer: one write for the whole step; for the decode tokens, one gather and one SDPA
-per bucket of rows with similar context lengths (`DecodeBucket`: padded to the bucket's longest
-context, masked); one SDPA per prefill chunk. A chunk that starts a sequence with no cached
-prefix (and no sliding window) attends to its own fresh keys causally, without reading the pool.
-Decode tokens of sequences that share a long prefix of blocks (the n samples of one prompt,
-requests with a common system prompt) read that prefix once for the whole group (cascade
-attention: the group's queries against the shared keys, each sequence's own keys separately,
-merged by their log-sum-exp), instead of gathering and scanning the same keys once per
-sequence. With a float32, bfloat16, float16 or int8 pool on the CPU, the decode rows are read by
-`paged_decode`'s C kernel straight from the pool, without the gather, all in one bucket (the
-kernel skips a padded slot at the cost of a mask read; a shared prefix, whose many queries suit
-SDPA's matrix kernels, is still gathered). Elsewhere (no C compiler, shared prefixes), long int8
-decode reads attend over the int8 keys and values as stored (`int8_attention`: no dequantized
-copy of the context; prefill chunks still dequantize, which measured faster). With `flex`, masked prefill chunks run through block-sparse `flex_attention` (sliding
-window + sinks skip whole blocks). In the engine's sparse layers every query row reads only the
-blocks `sparse` selects for it (a sequence's first chunk still attends to itself densely). It
-does not decide what is in the step: that is the scheduler's job.
-"""
+One step is one flat row of tokens: the decode tokens (one per sequence), then chunks of
+prefill. The step's metadata (`StepMeta`, built once by the model runner, shared by all layers)
+says where each token's key and value are written and which pool slots each query reads. Per
+layer: one write for the step; decode rows read by the CPU's C kernel straight from the pool
+(`paged_decode`), or gathered and attended with SDPA (long int8 reads by `int8_attention`);
+decode rows that share a long prefix read it once per group (cascade attention, merged by
+log-sum-exp); one SDPA (or block-sparse `flex_attention`) per prefill chunk, a fresh sequence's
+first chunk without reading the pool. Sparse layers read only the blocks `sparse` selects. It
+does not decide what is in the step: that is the scheduler's job."""
 
 from __future__ import annotations
 

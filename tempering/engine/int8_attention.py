@@ -1,61 +1,14 @@
 """Attention that reads the int8 KV pool directly: no dequantized copy of the context's keys and values.
 
-`attend(pool, layer, q, index, mask)` is the attention of queries `q` over the pool slots `index`
-(per row of a batch: a decode bucket's rows, a prefill chunk, block-sparse rows), the same as
-SDPA over `KVPool.gather`'s dequantized keys and values, in two passes over the keys, a chunk of
-keys at a time:
-
-1. scores: each chunk's int8 keys are read from the pool (`index_select` of that chunk's slots),
-   cast to fp32 head-major into a small reused buffer, and multiplied with the queries into a
-   scores buffer; then the keys' fp16 scales multiply the scores (q . (k8 * s) = (q . k8) * s),
-   the mask fills -inf, and the softmax is taken over the whole row in fp32, exactly.
-2. values: the values' scales are folded into the probabilities (p * s, per key and kv head),
-   and each chunk's int8 values, cast the same way, are multiplied in and accumulated.
-
-So nothing context-sized is ever float K/V: the largest buffers are one chunk of keys or values
-(`CHUNK` elements, 4 MiB in fp32) and the scores (H floats per key and query; a prefill chunk's
-queries are split into blocks so that the scores stay under `SCORES` elements). With head_dim 64
-and 2 kv heads that is 24 bytes per key for 6 query heads, against the 512 bytes per key of the
-dequantized fp32 keys and values that `gather` writes and SDPA reads back. The arithmetic is
-fp32 throughout (the int8 -> fp32 cast is exact), so the result equals dequantize-then-SDPA up to
-fp32 rounding (about 1e-6, tested); the pool's own quantization error is unchanged.
-
-Measured (bench/int8_attention.py, 2-core shared CPU, 1 thread, 6 query heads, 2 kv heads,
-head_dim 64, ms per call, best of 3; ratio = dequantize ms / fused ms = fused keys per second
-over dequantize's; max |difference| 3e-7 to 3e-6):
-
-    kind      batch  context   dequantize+SDPA   fused   ratio
-    decode      1      1k            0.22         0.31   0.72x
-    decode      1      8k            2.0          1.2    1.6x
-    decode      1     32k           25            6.5    3.9x
-    decode     16      1k            6.6          2.7    2.4x
-    decode     16      8k          129           23      5.6x
-    decode     16     32k          960          161      6.0x
-    prefill     1      1k (256 q)    5.9         11.6    0.50x
-    prefill     1      8k (256 q)   55          101      0.54x
-    prefill     1     32k (256 q)  250          399      0.63x
-
-(A 2-thread run on the shared machine was too noisy to report.) On the CPU, decode buckets and
-block-sparse decode rows go to `paged_decode`'s C kernel first where it is built (its numba
-predecessor was 1.3-1.9x this path). Otherwise the engine (`use`, `MODE` "auto") routes decode-shaped reads (one query per
-row) of at least `MIN_KEYS` keys here and leaves short reads and prefill chunks, where SDPA's
-kernel over a cache-sized dequantized copy wins, on `KVPool.gather`. Much of dequantize+SDPA's
-cost at long contexts is SDPA's masked one-query path over the float copy, not only the
-dequantizing.
-
-The saving is mostly memory traffic: dequantizing writes 4 bytes per stored byte and SDPA reads
-them back, where the fused path reads each int8 byte once and casts it in cache. What it does
-not do:
-
-- q . k in int8 (`torch._int_mm`, which runs on CPU): measured, it saves about 15% more at 8k-32k
-  but quantizing q to int8 per row adds its own error (about 1e-3 on the outputs, against 1e-6
-  here); and p @ v in int8 loses the small probabilities of a row with one dominant key (p
-  quantized per row to 127 steps rounds them all to 0). Not used.
-- a compiled kernel (no C++ extension: a CI machine may lack a compiler), nor flex_attention over
-  int8 (the int8 pool with `attention="flex"` still dequantizes for its masked prefill chunks).
-- it does not speed up the gather itself: one `index_select` of 128-byte rows per slot, the same
-  as before, is now about a third of the time.
-"""
+`attend(pool, layer, q, index, mask)` equals SDPA over `KVPool.gather`'s dequantized keys and
+values, in two passes over chunks of keys: the scores (each chunk's int8 keys cast to fp32 in a
+small reused buffer, the keys' scales folded into the scores, one exact softmax per row), then the
+values (their scales folded into the probabilities). Nothing context-sized is written in float,
+and the arithmetic is fp32 throughout, so the result equals dequantize-then-SDPA to fp32 rounding
+(tested). The engine routes long decode-shaped reads (at least `MIN_KEYS` keys) here where the C
+decode kernel is not built; short reads and prefill chunks, where SDPA over a small dequantized
+copy wins, stay on `gather`. It does not compute q . k or p @ v in int8 (too lossy), nor compile a
+kernel. Its measured speed against dequantize-then-SDPA: docs/benchmarks.md."""
 
 from __future__ import annotations
 

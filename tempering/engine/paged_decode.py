@@ -1,54 +1,15 @@
 """Decode attention read straight from a paged KV pool on CPU (float32, bfloat16, float16 or int8),
 a C kernel (`paged_decode.c`) built with the machine's C compiler on first use.
 
-`attend(pool, layer, q, index, mask)` is the attention of a few queries per row over that row's
-pool slots (a step's decode rows, or block-sparse decode rows: one query per sequence and query
-head), the same as SDPA over `KVPool.gather`'s keys and values, without the gather (a step's
-decode rows keep one `Reader` for all its layers: the index, mask and kernel arguments made once,
-each layer's call only points the kernel at its queries, keys and values): one pass over
-each row's keys, in slot order, in chunks of 8 or 16 live slots (one vector of floats: 16 with
-AVX-512, else 8), each folded into a running softmax (the flash-decoding recurrence: a running max
-per query, the sum and the weighted values rescaled when the max grows). So each stored key and
-value is read once, from the pool, and nothing context-sized is written. A kv head's query heads
-share the keys they read (GQA without copies). An int8 pool is read as stored, times the key's and
-the value's fp16 scales; 16-bit pools are widened to float32 as read. The arithmetic is float32, so
-the result is SDPA over the gathered (dequantized) keys and values up to float32 rounding. Rows are
-independent: with more than one torch thread, a large read is split into runs of rows on that many
-threads (ctypes releases the GIL for the call).
-
-The kernel computes a chunk's scores of a query head as one vector (the dot products' lanes
-summed by pairwise halving as they are made, not one horizontal sum per key), then one max, one
-rescale and the exps (a polynomial) as vectors; before each query head it prefetches a share of
-the next chunk's cache lines. Measured on an AVX2 machine (64 rows x 256 keys in random 16-slot
-blocks, 6 query heads over 2 kv heads, head_dim 64, 8 layers of pool, 1 thread, from C, best
-of 15): 1.8-2.3 ms a layer, where the kernel of 16-float vectors it replaces took 5.7-6.6
-(its 16 partial sums spilled AVX2's 16 registers), the 8-float kernel without prefetch 3.1-4.1,
-and reading the same keys and values alone 1.2-1.4; 1.2-1.3 ms with the keys in cache. On an
-AVX-512 machine the 16-float kernel took 1.0-1.2 ms in cache, 2.7-3.2 from memory (before this
-tree order and the prefetch, which the earlier kernel's build had silently dropped; not measured
-there since). Since then a float32 chunk's pointers are made inline with no per-slot dtype test,
-and the prefetch walks the next chunk's lines with a cursor (it had cost two integer divisions
-per query head): 4-8% less from memory, 13% less in cache (the two builds alternating in one
-process; the same workload's in-cache reads are compute-bound at about 1.0 ms here). Where
-the CPU has F16C, float16 values and int8 scales are widened by its conversion instruction:
-a float16 pool 3.0 -> 1.5 ms, an int8 one 3-4% less. 16-bit and int8 rows are now widened by
-each vector load (x86's conversion instructions where built, else vector extensions or plain C)
-instead of into a buffer per chunk, and an int8 row's scale multiplies its score and its value's
-weight rather than its elements (the chunk's dot products also go side by side, a head-dim vector
-at a time, which changed nothing for float32): from memory float16 1.57 -> 1.25 ms and int8 1.80
--> 1.50, in cache 1.33 -> 1.04 and 1.50 -> 1.22, float32 unchanged at 1.64 and 0.98 (the builds
-alternating in one process, 12 rounds, best call). Float16 now reads in 0.76x float32's time.
-
-Building: `native` compiles it on first use and caches it per machine; where no compiler
-builds it, `use` is False with one warning, and the engine keeps `gather` + SDPA
-(`int8_attention` for long int8 reads).
-
-What it does not do: head dims that are not a multiple of 16 (they gather), devices other than
-the CPU (a GPU keeps `gather` + SDPA), or many queries over the same keys (prefill chunks, the n
-samples' queries over their shared prefix: SDPA's matrix kernels win there; the numba kernel
-took b-long, 16 samples of a 1,024-token prompt, from 290 to 228 tokens per CPU second when it
-read the shared prefix too).
-"""
+`attend(pool, layer, q, index, mask)` equals SDPA over `KVPool.gather`'s keys and values, without
+the gather: one pass over each row's slots in chunks of one vector (16 floats with AVX-512, else
+8), folded into a running softmax, each key and value read once as stored (16-bit and int8 widened
+as loaded, an int8 row's scales on its score and its value's weight); a kv head's query heads share
+the keys they read. A step's decode rows keep one `Reader` for all layers; with more torch
+threads the rows are split into runs over them. Where no compiler builds it, `built()` is False
+with one warning and the engine keeps gather + SDPA. It does not take head dims that are not a
+multiple of 16, devices other than the CPU, or many queries over the same keys (prefill, shared
+prefixes: SDPA's matrix kernels win there). Measured speeds: docs/benchmarks.md."""
 
 from __future__ import annotations
 

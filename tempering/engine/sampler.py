@@ -5,16 +5,11 @@ truncation: the trainer recomputes exactly this quantity (same temperature) for 
 ratio, so no truncation-dependent term needs to be reproduced there.
 
 Each sampled row draws one uniform number (from its request's generator where it has one) and
-takes the token where the cumulative mass passes it (inverse CDF). Float32 logits on the CPU
-whose rows are not truncated (RL sampling: no top-p, no top-k) go through a C kernel
-(`sampler.c`, built by `native`) that does the softmax's two passes and the draw in one call, with
-no probabilities written: measured 0.7 ms for 64 rows of a 16k vocabulary, where the PyTorch
-path below takes 2.3-2.8 (with seeded rows), and 10 ms against 70 at a 152k vocabulary (Qwen's),
-one thread. With more torch threads the rows are split into runs on that many threads
-(`native.split_rows`), as PyTorch's softmax would spread them. Everything else takes the PyTorch
-path, which draws from the same uniform numbers. A row whose largest logit is NaN or infinite (a
-broken model's) is a ValueError that names the row, on either path.
-"""
+takes the token where the cumulative mass passes it (inverse CDF). Float32 CPU rows that are not
+truncated (RL sampling) go through a C kernel (`cpu/sampler.py`) that does the softmax's two
+passes and the draw in one call, with no probabilities written, split over torch's threads;
+everything else takes the PyTorch path, which draws from the same uniform numbers. A row whose
+largest logit is NaN or infinite is a ValueError that names the row, on either path."""
 
 from __future__ import annotations
 

@@ -1,47 +1,15 @@
 """Block-sparse attention over the paged KV cache: each query row reads the sink blocks, the
 local blocks, and the `topk` other blocks its queries score highest, never the whole context.
 
-A row is one decode query, or one block of a prefill chunk's queries (`block_size` consecutive
-positions of one sequence). KV blocks are the pool's pages. Each block's keys are summarised by
-their elementwise min and max (`KVPool` keeps them per layer as keys are written), which bound
-q . k for every key of the block from above (Quest's bound: sum over d of max(q_d min_d,
-q_d max_d)), per kv head, summed over that head's query heads; a row of several queries takes,
-per dimension, the largest positive and the most negative of its queries' values, which bounds
-every one of them. Each kv head of the row then attends to the union of its sink blocks (the
-sequence's first), local blocks (the one holding its last query and those before it) and its own
-top-k blocks, with the causal mask: heads attend to different places, and a choice shared by
-the heads spends their reads on the blocks of whichever head scores highest. A row's kv heads
-are read as rows of their own over the pool seen as one of a single kv head (`HeadsApart`);
-with offload, the union of the heads' blocks is what a step touches. A row whose context has
-no more blocks than that union reads all of them, so with `topk` covering every block this is
-dense attention (a test). Reading costs `(sinks + local + topk) * block_size` keys per row and kv
-head at any length; scoring costs one bound per block, `1 / block_size` of dense attention's
-q . k work.
-
-The blocks a row does not read are not dropped (with `rest_group` > 0): in groups of
-`rest_group` consecutive blocks of its sequence (more where that would make over MAX_GROUPS
-groups), each group's unread keys and values count as one key, their mean, with the weight of
-their number (a log-count bias), as NSA's compressed branch does with learned pooling. That is
-the unread keys' softmax mass to first order in their scores' spread, and their values' average;
-what it leaves out is the covariance of their scores with their values. So a diffuse head keeps
-its average over the whole context, and where attention is peaked the top-k hold the mass (the
-means' weight is a lower bound on the unread keys' mass, by Jensen). The means come from the
-pool's per-block sums (`KVPool.k_sum`, `v_sum`): a group's sum over the row's blocks (from prefix
-sums over a prefill chunk's one table; for decode rows, each row's blocks summed where they lie),
-less the blocks it reads. Group sums, and block scores where the rows' tables cover a third of
-the pool, read the summaries in place (copying each row's out took 25 ms of a layer's decode
-step at 16k blocks, now 5). It costs one key per group, at most MAX_GROUPS per query, so a row's
-cost stays bounded at any length.
-
-Decode rows read their selected blocks straight from the pool on the CPU (`paged_decode`, for
-float32, bfloat16, float16 and int8 pools), planned in C there (`sparse_decode`: the same blocks,
-slots and mask as `select` and `_reads`, and the attention over `rest`'s group means, in one call
-per layer, which the kernel folds into its own); elsewhere an int8 pool's blocks are read as stored for long decode reads
-(`int8_attention.use`), not dequantized.
-
-It neither decides which layers are sparse (the engine's `sparse_layers`) nor what runs in a
-step (the scheduler).
-"""
+A row is one decode query or one block of a prefill chunk's queries. Blocks are scored per kv
+head by Quest's upper bound on q . k from each block's elementwise min and max keys (kept by
+`KVPool`), and each kv head reads its own choice (`HeadsApart`). With `topk` covering every block
+this is dense attention (tested). With `rest_group` > 0 the blocks a row does not read count as
+one mean key and value per group of blocks, weighted by their number (NSA's compressed branch, by
+mean pooling), from the pool's per-block sums, so a diffuse head keeps its average over the whole
+context at a bounded cost per row. Decode rows are planned and read in C on the CPU
+(`sparse_decode`, `paged_decode`). It neither decides which layers are sparse (the engine's
+`sparse_layers`) nor what runs in a step (the scheduler)."""
 
 from __future__ import annotations
 

@@ -5,14 +5,9 @@ in one call per layer instead of some hundred PyTorch operations. The same plan 
 functions (a test holds them equal); `sparse.attend` takes it for decode rows whose keys the
 paged C kernel reads, and the kernel folds the means' attention into its own (`prior`).
 
-Measured on `bench/long_context.py`'s model (4 layers), one sequence decoding, 1 thread, the two
-plans alternating in one process: in PyTorch the plan took select 0.42 + rest 0.69 + reads 0.25
-and the means' attention and merge 0.30 ms a layer at 8k tokens; a decode step went 11.6 -> 6.0
-ms of CPU at 8k and 16.9 -> 9.5 at 128k (medians of 3 runs of 40 steps).
-
 It does not do prefill query blocks (many queries per row: PyTorch's matrix products serve them),
-summaries in other dtypes than float32 (a GPU's bfloat16 pool), or the attention itself.
-"""
+summaries in other dtypes than float32 (a GPU's bfloat16 pool), or the attention itself. What it
+saves per decode step: docs/benchmarks.md."""
 
 from __future__ import annotations
 
