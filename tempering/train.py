@@ -52,6 +52,20 @@ from tempering.trainer.sft import fitting, sft_warmup
 
 
 @dataclass
+class RunState:
+    """What a checkpoint carries of the run's progress (state.json, with the scheduler's state)."""
+
+    step: int = 0
+    version: int = 0  # the policy version engines serve
+    wall_seconds: float = 0.0  # of earlier invocations, before a --resume
+    baseline: dict[str, Any] | None = None  # the baseline evaluation (EvalResult as a dict); None: not yet
+
+    @classmethod
+    def from_json(cls, state: dict[str, Any]) -> RunState:
+        return cls(state["step"], state["version"], state["wall_seconds"], state["baseline"])
+
+
+@dataclass
 class Run:
     cfg: Config
     dir: Path
@@ -60,7 +74,7 @@ class Run:
     trainer: Trainer | TrainerGroup  # a group when runtime.trainer_ranks > 1 (from the RL loop on)
     scheduler: GlobalScheduler  # owns the task pool
     advantage: AdvantageSpec  # the buffer's; gae is computed by the trainer with its critic
-    state: dict[str, Any]  # step, version, wall_seconds, baseline: what a checkpoint carries
+    state: RunState
     started: float  # time.monotonic() when this invocation started
     threads: int  # torch threads of each process
     shards: Path | None = None  # a sharded checkpoint resumed from: the trainer group loads it once started
@@ -73,14 +87,14 @@ class Run:
     @property
     def wall_seconds(self) -> float:
         """Seconds of the run so far, earlier invocations (before a --resume) included."""
-        return self.state["wall_seconds"] + time.monotonic() - self.started
+        return self.state.wall_seconds + time.monotonic() - self.started
 
 
 def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     with StopRequest(cfg.run.max_seconds, started) as stop:
         run = prepare(cfg, resume, started)
-        if run.state["baseline"] is None:
+        if run.state.baseline is None:
             warm_up(run, stop)
         runtime = open_runtime(cfg.runtime)
         try:
@@ -90,11 +104,11 @@ def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
                                            cfg.run.stall_timeout_s, runtime, ask)
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)
                     run.trainer.load(run.shards)
-            with RolloutService(rollout_spec(run), run.policy, run.state["version"], run.scheduler, runtime,
+            with RolloutService(rollout_spec(run), run.policy, run.state.version, run.scheduler, runtime,
                                 cfg.runtime.replicas, cfg.runtime.replica_resources,
                                 cfg.runtime.max_replicas) as rollout:
-                if run.state["baseline"] is None:
-                    run.state["baseline"] = dataclasses.asdict(run_eval(run, rollout, "baseline"))
+                if run.state.baseline is None:
+                    run.state.baseline = dataclasses.asdict(run_eval(run, rollout, "baseline"))
                 if not stop.is_set():
                     rl_loop(run, rollout, stop)  # it ends with the final checkpoint
                 else:
@@ -117,20 +131,20 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
     lineage = LineageStore(run.dir, cfg.run.stall_timeout_s)  # lineage.sqlite and samples.jsonl
     overlong = Overlong(cfg.algorithm.overlong_buffer, cfg.algorithm.overlong_penalty, cfg.rollout.max_tokens)
     buffer = Buffer(cfg.buffer, run.advantage, lineage, run.tokenizer.pad_id, overlong)
-    metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state["step"])
-    first = run.state["step"]
+    metrics = Metrics(run.dir, cfg.metrics, cfg.run.steps, run.state.step)
+    first = run.state.step
     try:
-        while run.state["step"] < cfg.run.steps and not stop.is_set():
+        while run.state.step < cfg.run.steps and not stop.is_set():
             tick = time.perf_counter()
             batch_in = rollout.next_batch(stop)
             if batch_in is None:
                 break
             waited = time.perf_counter() - tick
-            batch, groups, acct = buffer.make_batch(batch_in.groups, run.state["version"], run.state["step"])
+            batch, groups, acct = buffer.make_batch(batch_in.groups, run.state.version, run.state.step)
             stats = run.trainer.rl_step(batch) if batch is not None else None
-            run.state["step"] += 1
-            run.state["version"] += 1
-            published = rollout.publish(run.policy, run.state["version"])
+            run.state.step += 1
+            run.state.version += 1
+            published = rollout.publish(run.policy, run.state.version)
             timings = {"step": time.perf_counter() - tick, "wait_rollout": waited, "rollout": batch_in.seconds,
                        **{f"rollout_{k}": v for k, v in batch_in.runner_seconds.items()},
                        # weight sync: this publish, the workers' fetches (blobs, broadcasts), pulls and drains
@@ -141,7 +155,7 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
                        "engine_busy": batch_in.engine_busy_s, "syncs": batch_in.sync_total.syncs}
             if batch_in.startup_s is not None:
                 timings["worker_startup"] = batch_in.startup_s
-            step = run.state["step"]
+            step = run.state.step
             if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
                 t0 = time.perf_counter()
                 result = run_eval(run, rollout, f"step-{step:06d}")
@@ -153,8 +167,8 @@ def rl_loop(run: Run, rollout: RolloutService, stop: StopRequest) -> None:
             if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0 and step < cfg.run.steps:
                 metrics.amend(step, {"seconds": {"checkpoint": timed(checkpoint, run)}})
         seconds = timed(checkpoint, run)  # the final one, in the last step's row
-        if run.state["step"] > first:
-            metrics.amend(run.state["step"], {"seconds": {"checkpoint": seconds}})
+        if run.state.step > first:
+            metrics.amend(run.state.step, {"seconds": {"checkpoint": seconds}})
     finally:
         metrics.close()
         lineage.close()
@@ -189,25 +203,26 @@ def prepare(cfg: Config, resume: bool, started: float) -> Run:
               flush=True)
     torch.set_num_threads(threads)
     torch.manual_seed(cfg.run.seed)
-    state: dict[str, Any] = {"step": 0, "version": 0, "wall_seconds": 0.0, "baseline": None}
+    state, saved = RunState(), {}
     trainer_state = None
     if ckpt is not None:
-        model, trainer_state, state = load_checkpoint(ckpt)
+        model, trainer_state, saved = load_checkpoint(ckpt)
+        state = RunState.from_json(saved)
     scheduler = GlobalScheduler(cfg.tasks, cfg.scheduler, cfg.rollout.tasks_per_step, staleness,
-                                cfg.buffer.queue_size, first_batch=state["step"], last_batch=cfg.run.steps,
+                                cfg.buffer.queue_size, first_batch=state.step, last_batch=cfg.run.steps,
                                 tokens_per_group=cfg.rollout.samples_per_task * cfg.rollout.max_tokens / 2,
                                 refills=cfg.buffer.dynamic_sampling)
-    if "scheduler" in state:  # pass rates, adaptive weights, levels and usage as the checkpoint left them
-        scheduler.load_state_dict(state["scheduler"])
+    if "scheduler" in saved:  # pass rates, adaptive weights, levels and usage as the checkpoint left them
+        scheduler.load_state_dict(saved["scheduler"])
     pool = scheduler.pool
     check_scorers(cfg.reward, list(pool.weights))  # before anything starts: a bad grader is a config error
     if ckpt is not None:
         tokenizer = load_tokenizer(ckpt / "model")
         # Steps after the checkpoint are redone: forget what the interrupted run logged for them.
-        rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state["step"])
-        rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state["step"])
-        rewind_lineage(run_dir, state["step"])
-        sandbox_log.rewind(run_dir, state["step"])
+        rewind_jsonl(run_dir / "metrics.jsonl", lambda row: row["step"] <= state.step)
+        rewind_jsonl(run_dir / "samples.jsonl", lambda row: row["step"] < state.step)
+        rewind_lineage(run_dir, state.step)
+        sandbox_log.rewind(run_dir, state.step)
     else:
         tokenizer = build_tokenizer(cfg.tokenizer, cfg.model, pool)
         model = build_policy(cfg.model, tokenizer, cfg.run.seed)
@@ -303,7 +318,7 @@ def rollout_spec(run: Run) -> RolloutSpec:
         sandbox=sandbox, scheduler=cfg.scheduler, plugins=cfg.tasks.plugins,
         needs_sandbox=run.scheduler.pool.needs_sandbox, rollout=cfg.rollout, reward=cfg.reward,
         deterministic=cfg.run.deterministic, groups_per_batch=cfg.rollout.tasks_per_step,
-        eval_max_tokens=cfg.eval.max_tokens, seed=cfg.run.seed, first_batch=run.state["step"], threads=run.threads,
+        eval_max_tokens=cfg.eval.max_tokens, seed=cfg.run.seed, first_batch=run.state.step, threads=run.threads,
         stall_timeout_s=cfg.run.stall_timeout_s, spawned_at=time.time())
 
 
@@ -350,7 +365,8 @@ def run_eval(run: Run, rollout: RolloutService, label: str) -> EvalResult:
 def checkpoint(run: Run) -> None:
     """Rank 0's full model as an HF folder always; the trainer's state as one file (gathered on
     rank 0), or, with `runtime.checkpoint_format = "sharded"`, as each rank's shards."""
-    state = {**run.state, "wall_seconds": run.wall_seconds, "scheduler": run.scheduler.state_dict()}
+    state = {**dataclasses.asdict(run.state), "wall_seconds": run.wall_seconds,
+             "scheduler": run.scheduler.state_dict()}
     if isinstance(run.trainer, TrainerGroup) and run.cfg.runtime.checkpoint_format == "sharded":
         save_checkpoint(run.dir, run.model, run.tokenizer, None, state, shards=run.trainer.save)
     else:
@@ -365,11 +381,11 @@ def timed(fn, *args) -> float:
 
 
 def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, Any] | None = None) -> dict[str, Any]:
-    baseline = run.state["baseline"]
+    baseline = run.state.baseline
     summary = {
         "baseline_accuracy": baseline["accuracy"], "final_accuracy": final.accuracy,
         "baseline_per_domain": baseline["per_domain"], "final_per_domain": final.per_domain,
-        "steps": run.state["step"], "wall_seconds": run.wall_seconds,
+        "steps": run.state.step, "wall_seconds": run.wall_seconds,
         # why the run ended before run.steps: "SIGINT", "SIGTERM" or "run.max_seconds"
         "stopped": stopped or None,
         "samples": sample_fates(run.dir / "samples.jsonl"), "run_dir": str(run.dir),
@@ -417,11 +433,11 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
             for name, value in r.components.items() if not r.failed else ():
                 components[name].append(float(value))
     everything = [x for v in by_domain.values() for x in v]
-    version = run.state["version"] - 1  # the version this step trained from
+    version = run.state.version - 1  # the version this step trained from
     staleness = [version - t.oldest_version for g in groups for t in g.trajectories]
     return {
         "time": time.time(), "elapsed_s": run.wall_seconds,  # wall clock; elapsed counts earlier invocations
-        "version": run.state["version"],
+        "version": run.state.version,
         "reward": {"mean": sum(everything) / max(len(everything), 1),
                    "domain": {d: sum(v) / len(v) for d, v in by_domain.items() if v}},
         "outcome": {d: sum(v) / len(v) for d, v in solved.items() if v},  # this step's samples
