@@ -85,7 +85,7 @@ from tempering.evaluation import EvalResult  # noqa: E402
 from tempering.models import load_hf  # noqa: E402
 from tempering.pool import TaskPool  # noqa: E402
 from tempering.records import Trajectory  # noqa: E402
-from tempering.reward.verdict import VerifierContext  # noqa: E402
+from tempering.verdict import VerifierContext  # noqa: E402
 from tempering.tasks.checks import read_answer  # noqa: E402
 from tempering.tokenizer import load_tokenizer  # noqa: E402
 from tempering.trainer.checkpoint import latest_checkpoint  # noqa: E402

@@ -27,7 +27,7 @@ import random
 import statistics
 
 from tempering.records import Budget, Task, Trajectory
-from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
+from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import ExecRequest
 from tempering.tasks.checks import agreement, read_answer
 from tempering.tasks.domain import Domain

@@ -29,7 +29,7 @@ import re
 from functools import lru_cache
 
 from tempering.records import Budget, Task
-from tempering.reward.verdict import Verdict
+from tempering.verdict import Verdict
 from tempering.tasks.checks import read_answer
 from tempering.tasks.domain import Domain
 

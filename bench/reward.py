@@ -55,7 +55,7 @@ from tempering.config import JudgeConfig, RewardModelConfig
 from tempering.models import Arch, build_classifier, build_model, save_classifier, save_hf
 from tempering.reward.judge import Judge
 from tempering.reward.rm_worker import RewardModelWorker
-from tempering.reward.rubrics import JudgeItem
+from tempering.verdict import JudgeItem
 from tempering.tokenizer import char_tokenizer
 
 ALPHABET = string.ascii_lowercase + " "

@@ -3,7 +3,8 @@
 import pytest
 
 from tempering.agent.parsers import compact, get_parser, hermes
-from tempering.agent.tools import WorkspaceHost, execute, tool_schemas
+from tempering.agent.tools import execute, tool_schemas
+from tempering.tasks.host import WorkspaceHost
 from tempering.records import Budget, ExecReason, ExecResult, Task, ToolCall
 
 ALL = ("run", "read", "write", "edit", "submit")

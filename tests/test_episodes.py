@@ -15,7 +15,7 @@ from tokenizer_builders import QWEN25_CONFIG, qwen2_style, write_folder
 
 from tempering.agent.format import tool_format
 from tempering.agent.parsers import compact
-from tempering.agent.tools import WorkspaceHost
+from tempering.tasks.host import WorkspaceHost
 from tempering.config import RewardConfig
 from tempering.engine import LLM, SamplingParams
 from tempering.models import Arch, build_model

@@ -2,6 +2,6 @@
 their results rendered back into tokens. The episode runner (`tempering.rollout`) drives it."""
 
 from tempering.agent.parsers import PARSERS, get_parser
-from tempering.agent.tools import TOOLS, ToolHost, WorkspaceHost, execute, tool_schemas
+from tempering.agent.tools import TOOLS, execute, tool_schemas
 
-__all__ = ["PARSERS", "get_parser", "TOOLS", "ToolHost", "WorkspaceHost", "execute", "tool_schemas"]
+__all__ = ["PARSERS", "get_parser", "TOOLS", "execute", "tool_schemas"]

@@ -15,56 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Mapping
 
 from tempering.records import Budget, ExecReason, ExecResult, Task, ToolCall
-
-
-class ToolHost(Protocol):
-    """Where tools act: a sandbox session, or a workspace with no sandbox behind it."""
-
-    workdir: str
-
-    def read_file(self, path: str) -> bytes | None: ...
-
-    def write_file(self, path: str, data: bytes) -> None: ...
-
-    def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
-            turn: int) -> ExecResult: ...  # a limit None: the sandbox's configured default
-
-
-class WorkspaceHost:
-    """An episode's files with no sandbox behind them: `read`, `write` and `edit` work, `run`
-    is refused. For domains whose tools only read and write (no code runs, no sandbox starts)."""
-
-    def __init__(self, files: Mapping[str, bytes], workdir: str = "/workspace"):
-        self.files, self.workdir = dict(files), workdir
-
-    def read_file(self, path: str) -> bytes | None:
-        return self.files.get(path)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        self.files[path] = data
-
-    def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
-            turn: int) -> ExecResult:
-        raise ToolError("this task has no sandbox: commands cannot run")
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str
-    description: str
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    params: tuple[Param, ...]
-    call: Callable[[dict[str, str], ToolHost, Budget, int], tuple[str, ExecResult | None]]
-    ends_episode: bool = False
+from tempering.tasks import get_domain
+from tempering.tasks.host import Param, Tool, ToolError, ToolHost
 
 
 MAX_OUTPUT_CHARS = 4000  # of a command's output or a file, before the observation's token cap
@@ -124,14 +79,8 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 )}
 
 
-class ToolError(Exception):
-    """A call the tool could not carry out; its message is the model's observation."""
-
-
 def tools_for(task: Task) -> dict[str, Tool]:
     """The tools `task`'s episodes may call: the common ones and its domain's own, as it lists them."""
-    from tempering.tasks import get_domain  # the registry imports the families, which import this
-
     table = {**TOOLS, **get_domain(task.domain).tools}
     return {name: table[name] for name in task.tools if name in table}
 

@@ -2,6 +2,6 @@
 verifier works with (`VerifierContext`) and returns (`Verdict`)."""
 
 from tempering.reward.service import RewardService, Submission
-from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
+from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 
 __all__ = ["RewardService", "Submission", "Verdict", "VerifierContext", "InfrastructureError"]

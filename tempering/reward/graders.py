@@ -35,8 +35,8 @@ from tempering.records import Task, Trajectory
 from tempering.reward.judge import Judge, worst_case_s
 from tempering.reward.reward_model import render_text
 from tempering.reward.rm_worker import RewardModelWorker
-from tempering.reward.rubrics import DOMAIN_RUBRIC, JudgeItem, Rubric, outcome_item, process_item
-from tempering.reward.verdict import InfrastructureError, VerifierContext
+from tempering.reward.rubrics import DOMAIN_RUBRIC, Rubric, process_item
+from tempering.verdict import InfrastructureError, JudgeItem, VerifierContext, outcome_item
 from tempering.tasks.registry import get_domain, resolve_scorers
 from tempering.tokenizer import load_tokenizer
 

@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 from tempering.config import JudgeConfig
 from tempering.errors import UserError
-from tempering.reward.rubrics import DOMAIN_RUBRIC, JudgeItem, Rubric, UnreadableReply, get_rubric, messages, parse_score
-from tempering.reward.verdict import InfrastructureError
+from tempering.reward.rubrics import DOMAIN_RUBRIC, Rubric, UnreadableReply, get_rubric, messages, parse_score
+from tempering.verdict import InfrastructureError, JudgeItem
 
 __all__ = ["Judge", "JudgeConfig", "worst_case_s", "JudgeItem", "JudgeResult", "JudgeError", "JudgeCache"]
 

@@ -38,7 +38,7 @@ from tempering.config import RewardModelConfig
 from tempering.errors import UserError
 from tempering.models import load_classifier
 from tempering.reward.reward_model import RewardScorer, TextTooLong
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tokenizer import load_tokenizer
 
 START_TIMEOUT_S = 600.0  # spawning, importing torch and reading the weights (a big model is slow)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from tempering.errors import UserError
 from tempering.records import Task, Trajectory
+from tempering.verdict import JudgeItem, task_text
 
 SCORE_MAX = 10
 
@@ -82,18 +83,6 @@ def get_rubric(name_or_text: str) -> Rubric:
     return Rubric("custom", text)
 
 
-@dataclass(frozen=True)
-class JudgeItem:
-    """One thing to grade: the task as the model saw it, the sample's final answer and/or the
-    transcript of its episode (turns and tool calls: for process rubrics), and optionally a
-    reference answer."""
-
-    prompt: str
-    answer: str = ""
-    reference: str | None = None
-    transcript: str = ""
-
-
 def messages(rubric: Rubric, item: JudgeItem) -> list[dict[str, str]]:
     """The chat request's messages, in OpenAI's shape."""
     parts = [f"<task>\n{item.prompt}\n</task>"]
@@ -142,18 +131,6 @@ def parse_score(reply: str) -> float:
 
 
 # ---- items from the system's own records -------------------------------------------------------
-
-def task_text(task: Task) -> str:
-    """The task as the model saw it (its messages when it has no plain prompt)."""
-    return task.prompt or "\n\n".join(f"{m.role}: {m.content}" for m in task.messages)
-
-
-def outcome_item(task: Task, sample: Trajectory, tokenizer, reference: str | None = None) -> JudgeItem:
-    """The sample's final answer (its last assistant turn) for an outcome rubric; the reference
-    is the task's `answer` unless given."""
-    answer = tokenizer.decode(sample.answer_ids) if sample.turns else sample.text
-    return JudgeItem(task_text(task), answer, reference if reference is not None else (task.answer or None))
-
 
 def process_item(task: Task, sample: Trajectory, tokenizer, max_chars: int = 24_000) -> JudgeItem:
     """The sample's transcript (turns and tool calls) for a process rubric."""

@@ -26,7 +26,7 @@ from tempering.errors import UserError
 from tempering.records import ExecReason, Reward, Task, Trajectory
 from tempering.reward.graders import Graders
 from tempering.reward.process import process_components
-from tempering.reward.verdict import InfrastructureError, Verdict, Verifier, VerifierContext
+from tempering.verdict import InfrastructureError, Verdict, Verifier, VerifierContext
 from tempering.sandbox import Sandbox
 from tempering.sandbox.request import ExecTag
 from tempering.tasks.registry import get_domain

@@ -16,11 +16,11 @@ import dataclasses
 from collections import OrderedDict
 from typing import Any
 
-from tempering.agent.tools import ToolHost, WorkspaceHost
 from tempering.records import Task
 from tempering.sandbox import Sandbox
 from tempering.sandbox.request import ExecTag
 from tempering.tasks import get_domain
+from tempering.tasks.host import ToolHost, WorkspaceHost
 
 _SETUP_CACHE = 64  # Harbor environments kept set up (their workspaces are small archives)
 

@@ -15,8 +15,9 @@ import time
 from typing import Callable, Sequence
 
 from tempering.agent.observation import ObservationRenderer
-from tempering.agent.tools import ToolHost, ends_episode, execute
+from tempering.agent.tools import ends_episode, execute
 from tempering.records import Task, ToolCall, Trajectory, Turn
+from tempering.tasks.host import ToolHost
 from tempering.tokenizer import Tokenizer
 
 

@@ -29,13 +29,14 @@ from typing import Any, Callable, Sequence
 
 from tempering.agent.format import tool_format
 from tempering.agent.observation import ObservationRenderer
-from tempering.agent.tools import ToolHost, execute, tool_schemas
+from tempering.agent.tools import execute, tool_schemas
 from tempering.engine import LLM, SamplingParams
 from tempering.records import Group, Task, ToolCall
 from tempering.reward import RewardService, Submission
 from tempering.rollout.environment import Environments, sample_tag
 from tempering.rollout.episode import Episode
 from tempering.runtime import Stall
+from tempering.tasks.host import ToolHost
 from tempering.tokenizer import Tokenizer
 
 # opens the n workspaces of a task's episodes (sessions or plain workspaces); None: no tools

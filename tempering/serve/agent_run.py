@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tempering.agent.tools import ToolHost, execute
+from tempering.agent.tools import execute
+from tempering.tasks.host import ToolHost
 from tempering.engine.outputs import CompletionOutput
 from tempering.engine.sampling_params import SamplingParams
 from tempering.records import ExecResult, ToolCall
@@ -115,7 +116,7 @@ class AgentRun:
                 self._check()
                 if time.monotonic() > deadline:
                     self.loop.cancel(ticket)
-                    raise TimeoutError(f"a turn took longer than engine.request_timeout_s = {self.deadline_s:g}") from None
+                    raise TimeoutError(f"a turn took longer than serve.request_timeout_s = {self.deadline_s:g}") from None
                 continue
             if kind == "error":
                 raise RuntimeError(payload)

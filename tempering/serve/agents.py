@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tempering.agent.format import tool_format
-from tempering.agent.tools import ToolHost, tool_schemas
+from tempering.agent.tools import tool_schemas
+from tempering.tasks.host import ToolHost
 from tempering.config import RewardConfig, SandboxConfig
 from tempering.engine.sampling_params import SamplingParams
 from tempering.errors import UserError
@@ -108,7 +109,7 @@ class AgentService:
                                                                               arch.max_position_embeddings)
         episode = Episode(task, 0, tok.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                           context, fmt.parse, fmt.renderer, host)
-        return AgentRun(self.server.loop, tok, call.tenant, episode, host, params, engine.cfg.request_timeout_s,
+        return AgentRun(self.server.loop, tok, call.tenant, episode, host, params, self.server.cfg.request_timeout_s,
                         sink.emit)
 
     def _play(self, run: AgentRun, reward: RewardService, host: ToolHost | None, head: dict,
@@ -148,7 +149,7 @@ class AgentService:
 
         sb, cfg = self.sandbox_cfg, self.server.cfg
         node = NodeSandbox(make_sandbox(sb, cfg.log_dir or None), sb.workers, sb.workers * sb.memory_mb, sb.memory_mb,
-                           cfg.aging_s, self.server.engine.cfg.request_timeout_s)
+                           cfg.aging_s, cfg.request_timeout_s)
         tenants = self.server.tenants.all()
         total = sum(t.share for t in tenants)
         node.set_policy({t.name: t.share / total for t in tenants}, {t.name: t.priority for t in tenants})

@@ -48,7 +48,7 @@ def run_serve(args: argparse.Namespace, overrides: list[str]) -> int:
     engine = LLM(load_hf(folder), load_tokenizer(folder), cfg.engine, version=version)
     follower = None
     if args.follow:
-        from tempering.weights.follow import RunFollower
+        from tempering.serve.follow import RunFollower
 
         follower = RunFollower(args.follow, {k: v.shape for k, v in engine.model.state_dict().items()},
                                cfg.serve.follow_poll_s).start()
@@ -83,7 +83,7 @@ def _model(args: argparse.Namespace) -> tuple[Path, int, str]:
     if not args.follow:
         raise UserError("serve: name a model folder, or a run to follow with --follow RUN_DIR")
     from tempering.trainer.checkpoint import latest_checkpoint
-    from tempering.weights.follow import checkpoint_version
+    from tempering.serve.follow import checkpoint_version
 
     run = Path(args.follow)
     ckpt = latest_checkpoint(run) if run.is_dir() else None

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tempering.agent.parsers import COMPACT_MARK, compact, hermes
-from tempering.agent.tools import Param, Tool, ToolError, bind_arguments
+from tempering.agent.tools import bind_arguments
+from tempering.tasks.host import Param, Tool, ToolError
 from tempering.records import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tempering.records import Task, Trajectory
-from tempering.reward.verdict import Verdict, VerifierContext
+from tempering.verdict import Verdict, VerifierContext
 
 
 @dataclass(frozen=True)

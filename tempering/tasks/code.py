@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from tempering.records import Budget, ExecReason, Task, Trajectory
-from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
+from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import ExecRequest
 from tempering.tasks.checks import agreement, read_answer
 from tempering.tasks.domain import Domain

@@ -27,13 +27,12 @@ import inspect
 import random
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tempering.records import Task
-
-if TYPE_CHECKING:  # the reward package looks domains up: importing it here would be a cycle
-    from tempering.reward.rubrics import JudgeItem
-    from tempering.reward.verdict import Verifier, VerifierContext
+from tempering.sandbox import Sandbox
+from tempering.tasks.host import Tool, ToolHost
+from tempering.verdict import JudgeItem, Verifier, VerifierContext
 
 def _accepts(fn: Callable, n: int) -> bool:
     """Whether `fn` can be called with `n` positional arguments."""
@@ -57,8 +56,8 @@ class Domain:
     verify: Verifier
     make: Callable[..., Task] | None = None  # (rng) -> task, or (rng, level) -> task when levels > 1
     load: Callable[[str], Sequence[Task]] | None = None
-    tools: Mapping[str, Any] = field(default_factory=dict)  # name -> agent.tools.Tool, beyond the common ones
-    open_host: Callable[[Task], Any] | None = None  # the per-episode object its tools act on
+    tools: Mapping[str, Tool] = field(default_factory=dict)  # name -> tool, beyond the common ones
+    open_host: Callable[[Task], ToolHost] | None = None  # the per-episode object its tools act on
     sandbox: bool = False  # its episodes or its verifier run code: a run starts the sandbox for it
     # its sessions use the sandbox toolchain (pytest, installer shims): a mix with no such domain
     # runs its sandbox without one, so a missing or unreadable toolchain cannot stop it
@@ -68,10 +67,10 @@ class Domain:
     levels: int = 1  # difficulty levels of a generator (the scheduler's curriculum moves through them)
     # its own oracle and no-op check, for tasks whose oracle is not a reference answer (a terminal
     # task's solution script): (task, sandbox) -> (oracle outcome, no-op outcome)
-    check: Callable[[Task, Any], tuple[float, float]] | None = None
+    check: Callable[[Task, Sandbox], tuple[float, float]] | None = None
     rubric: str = ""  # its own criteria for judges whose rubric is "domain"; "" = none
     # what reward models and judges grade: (task, sample, context with the final workspace) -> item
-    grade_item: Callable[[Task, Any, "VerifierContext"], "JudgeItem"] | None = None
+    grade_item: Callable[[Task, Any, VerifierContext], JudgeItem] | None = None
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name):

@@ -10,7 +10,7 @@ import pytest
 
 from tempering.agent.format import tool_format
 from tempering.reward.rubrics import get_rubric, messages
-from tempering.reward.verdict import VerifierContext
+from tempering.verdict import VerifierContext
 from tempering.rollout.episode import Episode, replay
 from tempering.tasks import get_domain
 from tempering.tasks.cad import geometry as g

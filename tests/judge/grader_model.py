@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from tempering.serve import api
 from tempering.models import Arch, build_model, save_hf
-from tempering.reward.rubrics import JudgeItem, Rubric, get_rubric, messages
+from tempering.reward.rubrics import Rubric, get_rubric, messages
+from tempering.verdict import JudgeItem
 from tempering.tokenizer import char_tokenizer
 
 REPLY = "SCORE: 7"

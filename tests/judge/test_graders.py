@@ -13,7 +13,7 @@ from tempering.errors import UserError
 from tempering.records import Budget, Task, Trajectory
 from tempering.reward import RewardService, Submission
 from tempering.reward.graders import check_scorers, within_groups
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tokenizer import char_tokenizer
 
 TOKENIZER = char_tokenizer(string.printable)

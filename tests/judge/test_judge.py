@@ -9,8 +9,8 @@ from scripted_server import ScriptedServer, Step, reply
 
 from tempering.errors import UserError
 from tempering.config import JudgeConfig
-from tempering.reward.judge import Judge, JudgeError, JudgeItem, worst_case_s
-from tempering.reward.verdict import InfrastructureError
+from tempering.reward.judge import Judge, JudgeError, worst_case_s
+from tempering.verdict import InfrastructureError, JudgeItem
 
 ITEM = JudgeItem("What is 2 + 3?", answer="5", reference="5")
 

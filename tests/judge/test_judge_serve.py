@@ -19,8 +19,8 @@ import pytest
 from grader_model import CONTEXT, REPLY, train_grader
 
 from tempering.config import JudgeConfig
-from tempering.reward.judge import Judge, JudgeError, JudgeItem
-from tempering.reward.verdict import InfrastructureError
+from tempering.reward.judge import Judge, JudgeError
+from tempering.verdict import InfrastructureError, JudgeItem
 
 ROOT = Path(__file__).resolve().parents[2]
 RUBRIC = "Is the answer correct? Grade strictly."
@@ -35,7 +35,7 @@ def base_url(tmp_path_factory):
     # --port 0: the server binds a free port itself and prints it, so no other process can take it first.
     proc = subprocess.Popen([sys.executable, "-m", "tempering.cli", "serve", str(folder), "--port", "0",
                              "--name", "grader", "--threads", "1", f"--engine.max_seq_len={CONTEXT}",
-                             "--engine.max_batch_size=8", "--engine.request_timeout_s=60"],
+                             "--engine.max_batch_size=8", "--serve.request_timeout_s=60"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)

@@ -15,7 +15,7 @@ import pytest
 
 from tempering.config import TasksConfig
 from tempering.pool import TaskPool
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tasks import domains, get_domain
 from tempering.tasks.reasoning import catalog, entries, grade, scoring
 from tempering.tasks.reasoning.domain import INSTRUCTION, extract

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tempering.records import Task
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tasks.reasoning import entries, grade, scoring
 from tempering.tasks.reasoning.domain import answer_block, extract
 

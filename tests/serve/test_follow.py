@@ -13,7 +13,7 @@ from tempering.errors import UserError
 from tempering.models.scripted import scripted_model, scripted_tokenizer
 from tempering.serve.cli import _model
 from tempering.trainer.checkpoint import save_checkpoint
-from tempering.weights.follow import RunFollower
+from tempering.serve.follow import RunFollower
 
 PIECES = ["assistant: ", "alpha", "beta"]
 USER = [{"role": "user", "content": "hi"}]

@@ -18,7 +18,7 @@ import random
 from collections import Counter
 
 from tempering.records import Budget, Task, Trajectory
-from tempering.reward.verdict import Verdict, VerifierContext
+from tempering.verdict import Verdict, VerifierContext
 from tempering.tasks import Domain
 from tempering.tasks.checks import read_answer
 

@@ -20,8 +20,7 @@ import math
 from manifold3d import Manifold
 
 from tempering.records import Task, Trajectory
-from tempering.reward.rubrics import JudgeItem, task_text
-from tempering.reward.verdict import VerifierContext
+from tempering.verdict import JudgeItem, VerifierContext, task_text
 from tempering.tasks.cad import geometry as g
 from tempering.tasks.cad.scene import Scene
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from manifold3d import Manifold
 
 from tempering.records import Task, Trajectory
-from tempering.reward.verdict import Verdict, VerifierContext
+from tempering.verdict import Verdict, VerifierContext
 from tempering.tasks.cad import geometry as g
 from tempering.tasks.cad.parts import part, target
 from tempering.tasks.cad.scene import Scene

@@ -22,7 +22,7 @@ from typing import Callable
 
 from manifold3d import Manifold, OpType
 
-from tempering.agent.tools import Param, Tool, ToolError
+from tempering.tasks.host import Param, Tool, ToolError
 from tempering.records import Budget, ExecResult
 from tempering.tasks.cad import geometry as g
 

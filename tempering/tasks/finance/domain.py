@@ -30,8 +30,7 @@ import json
 import random
 
 from tempering.records import Budget, Message, Task, Trajectory
-from tempering.reward.rubrics import JudgeItem, outcome_item
-from tempering.reward.verdict import Verdict, VerifierContext
+from tempering.verdict import JudgeItem, Verdict, VerifierContext, outcome_item
 from tempering.tasks.checks import read_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.finance import conclusion, questions

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tempering.agent.tools import Param, Tool, ToolError
+from tempering.tasks.host import Param, Tool, ToolError
 from tempering.records import Budget, ExecResult
 from tempering.tasks.finance.calc import CalcError, evaluate
 from tempering.tasks.finance.layout import layout, pdf_pages

@@ -25,7 +25,7 @@ import functools
 import random
 
 from tempering.records import Budget, Message, Task, Trajectory
-from tempering.reward.verdict import Verdict, VerifierContext
+from tempering.verdict import Verdict, VerifierContext
 from tempering.tasks.checks import read_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.reasoning import entries, scoring

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy
 
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tasks.reasoning.catalog import CARRIED, FIXED, SEEDED_INIT
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
 
-from tempering.reward.verdict import InfrastructureError
+from tempering.verdict import InfrastructureError
 from tempering.tasks.reasoning import entries
 from tempering.tasks.reasoning.catalog import FIXED, MATH_VERIFY
 

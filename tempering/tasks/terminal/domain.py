@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from tempering.records import Budget, Environment, Message, Task, Trajectory
-from tempering.reward.verdict import InfrastructureError, Verdict, VerifierContext
+from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 from tempering.tasks.domain import Domain
 from tempering.tasks.terminal import catalog
 

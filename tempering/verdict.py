@@ -1,11 +1,14 @@
-"""What a verifier works with and returns: `VerifierContext` in, `Verdict` out.
+"""What a check works with and returns: `VerifierContext` in, `Verdict` out; `JudgeItem`, what
+graders see of a sample. A leaf shared by the domains (`tempering.tasks`) and the reward service,
+so that neither imports the other for these types.
 
 A verifier (each domain owns its own: `tempering.tasks`) receives the task, the sample itself (a
 `Trajectory`: token ids, finish reason, decoded text) and this context, and returns a `Verdict`:
 named components in [0, 1] and a reason. A wrong or malformed answer is a normal verdict with
 zero outcome; only a failure of the infrastructure (the sandbox could not run the program)
 raises `InfrastructureError`, which the reward service turns into a failed reward that is never
-trained on. Weighting the components is the service's job, not the verifier's.
+trained on. Weighting the components is the service's job, not the verifier's. Rubrics and the
+judges that read a `JudgeItem` are `tempering.reward`'s.
 """
 
 from __future__ import annotations
@@ -42,3 +45,27 @@ class VerifierContext:
 
 
 Verifier = Callable[[Task, Trajectory, VerifierContext], Verdict]
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    """One thing to grade: the task as the model saw it, the sample's final answer and/or the
+    transcript of its episode (turns and tool calls: for process rubrics), and optionally a
+    reference answer."""
+
+    prompt: str
+    answer: str = ""
+    reference: str | None = None
+    transcript: str = ""
+
+
+def task_text(task: Task) -> str:
+    """The task as the model saw it (its messages when it has no plain prompt)."""
+    return task.prompt or "\n\n".join(f"{m.role}: {m.content}" for m in task.messages)
+
+
+def outcome_item(task: Task, sample: Trajectory, tokenizer: Tokenizer, reference: str | None = None) -> JudgeItem:
+    """The sample's final answer (its last assistant turn) for an outcome rubric; the reference
+    is the task's `answer` unless given."""
+    answer = tokenizer.decode(sample.answer_ids) if sample.turns else sample.text
+    return JudgeItem(task_text(task), answer, reference if reference is not None else (task.answer or None))
