@@ -1,6 +1,7 @@
 """Loading the config tree: TOML, then `--section.key=value` overrides, into the typed sections
 of `tempering.config`, checking names and types on the way (each section checks its own
-ranges). It knows the sections only through their type hints."""
+bounds). A key of an older release that moved is named with the key that replaced it
+(`KEYS_REPLACED`). It knows the sections only through their type hints."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from tempering.config import Config, ConfigError, _require
-
+from tempering.config import KEYS_REPLACED, Config, ConfigError, _require
+from tempering.config.checks import describe
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
@@ -79,19 +80,15 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(raw) - names)
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+        old = f"{prefix}{unknown[0]}"
+        if old in KEYS_REPLACED:
+            raise ConfigError(f"{old}: unknown key; {old} was replaced: write {KEYS_REPLACED[old]}")
+        raise ConfigError(f"{old}: unknown key (known: {', '.join(sorted(names))})")
     kwargs = {name: _convert(hints[name], raw[name], f"{prefix}{name}") for name in raw}
     try:
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(str(e)) from None
-
-
-def _describe(tp: Any) -> str:
-    """What a value of type `tp` looks like, for error messages."""
-    if typing.get_origin(tp) is Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, "a table")
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
@@ -120,7 +117,7 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
                     return _convert(arg, value, key)
                 except ConfigError:
                     pass
-        _require(False, key, " or ".join(_describe(a) for a in args if a is not type(None)), value)
+        _require(False, key, describe(tp), value)
     if tp is bool:
         _require(isinstance(value, bool), key, "true or false", value)
     elif tp is int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
 from tempering.records import ExecReason, ExecResult
+from tempering.sandbox_paths import LAYER_MOUNT, MOUNT_RESERVED, WORKSPACE, within
 from tempering.sandbox.guest.collect import check_name
 from tempering.sandbox.workspace import Workspace
 
@@ -22,11 +23,9 @@ if TYPE_CHECKING:
     from tempering.sandbox.session import Session, SessionSpec
     from tempering.sandbox.toolchain import Toolchain
 
-DEFAULT_WORKDIR = "/workspace"
-LAYER_MOUNT = "/opt/layer"  # where a job sees its package layer (`ExecRequest.layer`)
+DEFAULT_WORKDIR = WORKSPACE
 # Paths the sandbox itself owns (or mounts per job): no Mount may lie at or under them.
-RESERVED_PATHS = ("/proc", "/dev", "/sys", "/tmp", "/opt/tempering", "/opt/toolchain", LAYER_MOUNT, "/.newroot",
-                  "/.layers")
+RESERVED_PATHS = MOUNT_RESERVED
 LAYER_NAME = re.compile(r"[0-9a-f]{64}")  # a layer's name: the sha256 of what it holds (`sandbox.layers`)
 # A request's limits that default to the `[sandbox]` section's keys of the same names.
 LIMITS = ("time_limit_s", "memory_mb", "pids", "output_limit_bytes")
@@ -65,7 +64,7 @@ class Mount:
         p = self.path
         if not p.startswith("/") or p == "/" or posixpath.normpath(p) != p or "\0" in p:
             raise ValueError(f"Mount.path {p!r} must be an absolute, normalised path other than /")
-        if any(p == r or p.startswith(r + "/") for r in RESERVED_PATHS):
+        if within(p, RESERVED_PATHS):
             raise ValueError(f"Mount.path {p!r} lies in the sandbox's own {', '.join(RESERVED_PATHS)}")
         if self.collect and not self.writable:
             raise ValueError(f"Mount {p!r}: only a writable mount can be collected")

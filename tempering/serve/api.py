@@ -102,7 +102,7 @@ def parse(body: Any, chat: bool, tokenizer, max_sequences: int = 256, tool_forma
     if len(prompts) * params.n > max_sequences:
         # One request must not monopolise the engine: n x prompts is bounded like a batch.
         raise ApiError(400, f"{len(prompts)} prompt(s) x n={params.n} asks for more than "
-                            f"{max_sequences} sequences (engine.max_request_sequences)")
+                            f"{max_sequences} sequences (serve.max_request_sequences)")
     kind = "chatcmpl" if chat else "cmpl"
     return ApiRequest(chat, prompts, params, bool(body.get("stream", False)), bool(body.get("logprobs")),
                       f"{kind}-{uuid.uuid4().hex[:24]}", int(time.time()), model, tools, tool_format, forced)

@@ -6,7 +6,7 @@ prompts, function calling), POST /v1/agent/runs (`serve.agents`). Every request 
 ones is checked in this order: its API key names a tenant (401), the tenant is within its rate
 (429 with Retry-After), `model` names the served model (404), the body is valid (400), the
 engine's queue has room (503). Handler threads (stdlib `ThreadingHTTPServer`) hand requests to
-the `EngineLoop` and wait with a deadline (`engine.request_timeout_s`, then 504). Every response
+the `EngineLoop` and wait with a deadline (`serve.request_timeout_s`, then 504). Every response
 carries the policy version it was served with (header `X-Tempering-Version`, and
 `system_fingerprint` in the body). Each answered request is counted (`ServeMetrics`) and, with
 `serve.log_dir`, recorded (`TrafficLog`). No TLS: put it behind a proxy for anything public.
@@ -110,9 +110,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(_unauthorized())
         if self.path == "/kv_usage":
             try:
-                usage = self.server.loop.kv_usage(self.server.engine.cfg.request_timeout_s)
+                usage = self.server.loop.kv_usage(self.server.cfg.request_timeout_s)
             except queue.Empty:
-                return self._error(api.ApiError(504, "the engine loop did not answer within engine.request_timeout_s",
+                return self._error(api.ApiError(504, "the engine loop did not answer within serve.request_timeout_s",
                                                 "timeout_error"))
             return self._json(200, usage.as_dict())
         if self.path == "/v1/models":
@@ -133,7 +133,7 @@ class Handler(BaseHTTPRequestHandler):
             if call.kind == "agent_run":
                 return self.server.agents.serve(self, body, call)
             engine = self.server.engine
-            req = api.parse(body, call.kind == "chat", engine.tokenizer, engine.cfg.max_request_sequences,
+            req = api.parse(body, call.kind == "chat", engine.tokenizer, self.server.cfg.max_request_sequences,
                             self.server.tool_format)
             ids = [engine.check(p, req.params) for p in req.prompts]
         except api.ApiError as e:
@@ -187,14 +187,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def _events(self, events: queue.Queue, tickets: list[Ticket]):
         """Yield (tag, kind, payload) until every ticket is done; TimeoutError past the deadline."""
-        deadline = time.monotonic() + self.server.engine.cfg.request_timeout_s
+        deadline = time.monotonic() + self.server.cfg.request_timeout_s
         open_tags = {t.tag for t in tickets}
         while open_tags:
             try:
                 tag, kind, payload = events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise TimeoutError(f"no result within engine.request_timeout_s = "
-                                   f"{self.server.engine.cfg.request_timeout_s}") from None
+                raise TimeoutError(f"no result within serve.request_timeout_s = "
+                                   f"{self.server.cfg.request_timeout_s}") from None
             if kind in ("done", "error"):
                 open_tags.discard(tag)
             yield tag, kind, payload

@@ -52,7 +52,7 @@ def test_requests_tokens_and_latencies_are_counted_per_tenant(tmp_path):
 
 def test_the_queue_depth_counts_requests_waiting_for_the_engine():
     model, tok = chat_policy([AFTER_USER, *ANSWER])
-    srv = Server(LLM(model, tok, max_seq_len=512, request_timeout_s=30), port=0, model_name="tiny",
+    srv = Server(LLM(model, tok, max_seq_len=512), port=0, model_name="tiny", cfg=ServeConfig(request_timeout_s=30),
                  tenants=Tenants.load(ServeConfig()))
     threading.Thread(target=srv.serve_forever, daemon=True).start()  # the engine loop is not started: all wait
     try:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from tempering.config import ServeConfig
 from tempering.engine import LLM, CompletionOutput, RequestOutput, SamplingParams
 from tempering.serve.engine_loop import EngineLoop
 from tempering.serve.server import Server
@@ -215,7 +216,7 @@ def test_the_loop_streams_the_new_tokens_of_each_step_output():
 
 
 def test_a_request_past_its_deadline_gets_504_and_is_cancelled():
-    srv = Server(tiny_engine(request_timeout_s=0.2), port=0)  # its engine loop never runs
+    srv = Server(tiny_engine(), port=0, cfg=ServeConfig(request_timeout_s=0.2))  # its engine loop never runs
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         status, _, body = call(srv, "POST", "/v1/completions", {"prompt": "ab", "max_tokens": 2})
