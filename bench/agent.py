@@ -41,7 +41,8 @@ from tempering.models import Arch, build_model
 from tempering.records import Group, ToolCall
 from tempering.reward import RewardService, Submission
 from tempering.rollout import Episode, EpisodeRunner
-from tempering.rollout.environment import Environments, sample_tag
+from tempering.rollout.environment import Environments
+from tempering.rollout.group_key import GroupKey
 from tempering.sandbox import make_sandbox
 from tempering.tasks import get_domain
 from tempering.tasks.terminal import domain as terminal
@@ -79,7 +80,7 @@ def setup(args):
         tasks.append(t)
     envs = Environments(sandbox)
     for t in tasks:  # set up every environment now: both modes start from warm set-ups
-        for host in envs.open(t, 1, ("bench", 0)):
+        for host in envs.open(t, 1, GroupKey("bench")):
             envs.close(host)
     # a turn ends when the model samples one of these: about turn_tokens tokens per turn
     stops = tuple(range(max(1, tok.vocab_size // args.turn_tokens)))
@@ -113,7 +114,7 @@ def strict(tok, model, sandbox, envs, tasks, params, args) -> dict:
     split = {"generate_s": 0.0, "tools_s": 0.0, "verify_s": 0.0, "open_s": 0.0}
     start = time.perf_counter()
     t0 = time.perf_counter()
-    hosts = [envs.open(t, args.samples, ("bench", 0)) for t in tasks]
+    hosts = [envs.open(t, args.samples, GroupKey("bench")) for t in tasks]
     split["open_s"] = time.perf_counter() - t0
     episodes = [[Episode(t, i, tok.encode_prompt(t.prompt), params.max_tokens, 8192, scripted, fmt.renderer, h)
                  for i, h in enumerate(hs)] for t, hs in zip(tasks, hosts)]
@@ -142,7 +143,7 @@ def strict(tok, model, sandbox, envs, tasks, params, args) -> dict:
     groups = []
     for task, group, hs in zip(tasks, episodes, hosts):
         trajectories = [ep.trajectory("") for ep in group]
-        rewards = reward.score([Submission(task, tr, h.workspace, sample_tag(task, i, ("bench", 0)))
+        rewards = reward.score([Submission(task, tr, h.final_state(), GroupKey("bench").tag(task, i))
                                 for i, (tr, h) in enumerate(zip(trajectories, hs))])
         groups.append(Group(task, trajectories, rewards))
         for h in hs:

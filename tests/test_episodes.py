@@ -15,6 +15,7 @@ from tokenizer_builders import QWEN25_CONFIG, qwen2_style, write_folder
 
 from tempering.agent.format import tool_format
 from tempering.agent.parsers import compact
+from tempering.rollout.group_key import GroupKey
 from tempering.tasks.host import WorkspaceHost
 from tempering.config import RewardConfig
 from tempering.engine import LLM, SamplingParams
@@ -181,17 +182,17 @@ def test_a_slow_tool_call_holds_back_only_its_own_group(model):
     run = EpisodeRunner(LLM(model, TOK, max_seq_len=256), TOK, reward, always_read, fmt.renderer, open_hosts,
                         lambda h: None, workers=4)
     params = SamplingParams(temperature=1.0, max_tokens=6, seed=1)
-    run.start(dataclasses.replace(tool_task(), id="slow"), 2, params, 40, "slow")
-    run.start(dataclasses.replace(tool_task(), id="fast"), 2, params, 40, "fast")
+    run.start(dataclasses.replace(tool_task(), id="slow"), 2, params, 40, GroupKey("slow"))
+    run.start(dataclasses.replace(tool_task(), id="fast"), 2, params, 40, GroupKey("fast"))
     done = []
     for _ in range(10_000):
-        done += [key for key, _ in run.poll(0.01)]
+        done += [key.source for key, _ in run.poll(0.01)]
         if "fast" in done:
             break
     assert done == ["fast"]  # scored while the slow group's tool call is still running
     release.set()
     while run.busy:
-        done += [key for key, _ in run.poll(0.01)]
+        done += [key.source for key, _ in run.poll(0.01)]
     assert done == ["fast", "slow"]
     run.close()
     reward.close()

@@ -17,8 +17,8 @@ from collections import OrderedDict
 from typing import Any
 
 from tempering.records import Task
+from tempering.rollout.group_key import GroupKey
 from tempering.sandbox import Sandbox
-from tempering.sandbox.request import ExecTag
 from tempering.tasks import get_domain
 from tempering.tasks.host import ToolHost, WorkspaceHost
 
@@ -30,7 +30,7 @@ class Environments:
         self.sandbox = sandbox
         self._setups: OrderedDict[str, Any] = OrderedDict()
 
-    def open(self, task: Task, n: int, key: Any, tenant: str = "") -> list[ToolHost] | None:
+    def open(self, task: Task, n: int, key: GroupKey, tenant: str = "") -> list[ToolHost] | None:
         """The workspaces of `n` episodes of `task` (None: it has no tools); `tenant` tags a
         served agent run's sessions, whose commands the node orders by it."""
         env = task.environment
@@ -56,7 +56,7 @@ class Environments:
         b = task.budget
         return [self.sandbox.open_session(dataclasses.replace(
                     spec, cpu_s=b.cpu_s, wall_s=b.wall_s, max_commands=8 * b.max_turns,
-                    tag=sample_tag(task, i, key, tenant)))
+                    tag=key.tag(task, i, tenant)))
                 for i in range(n)]
 
     def close(self, host: ToolHost) -> None:
@@ -74,11 +74,3 @@ class Environments:
         self._setups.move_to_end(folder)
         return self._setups[folder]
 
-
-def sample_tag(task: Task, index: int, key: Any, tenant: str = "") -> ExecTag:
-    """What joins a sandbox execution to its sample in sandbox.jsonl: the sample's id, and the
-    rollout batch or the evaluation it belongs to (`key` is the runner's ("train", batch, ...) or
-    ("eval", label); other keys tag only the sample), and its domain."""
-    kind, where = key[:2] if isinstance(key, tuple) and len(key) >= 2 else (None, None)
-    return ExecTag(sample=f"{task.id}/{index}", batch=where if kind == "train" else None,
-                   eval=where if kind == "eval" else "", domain=task.domain, tenant=tenant)

@@ -33,19 +33,20 @@ from tempering.agent.tools import execute, tool_schemas
 from tempering.engine import LLM, SamplingParams
 from tempering.records import Group, Task, ToolCall
 from tempering.reward import RewardService, Submission
-from tempering.rollout.environment import Environments, sample_tag
+from tempering.rollout.environment import Environments
+from tempering.rollout.group_key import GroupKey
 from tempering.rollout.episode import Episode
 from tempering.runtime import Stall
 from tempering.tasks.host import ToolHost
 from tempering.tokenizer import Tokenizer
 
 # opens the n workspaces of a task's episodes (sessions or plain workspaces); None: no tools
-OpenHosts = Callable[[Task, int, Any], "list[ToolHost] | None"]
+OpenHosts = Callable[[Task, int, GroupKey], "list[ToolHost] | None"]
 
 
 @dataclass
 class _Group:
-    key: Any
+    key: GroupKey
     task: Task
     episodes: list[Episode]
     params: SamplingParams
@@ -98,22 +99,22 @@ class EpisodeRunner:
         """`run_group` for many tasks at once: start a group of each, poll until all are scored.
         -> their groups, in the order of `tasks`."""
         for i, task in enumerate(tasks):
-            self.start(task, n, params, max_tokens, ("run", i))
+            self.start(task, n, params, max_tokens, GroupKey("run", index=i))
         done: dict[int, Group] = {}
         deadline = time.monotonic() + timeout_s
         while len(done) < len(tasks):
             if time.monotonic() > deadline:
                 raise Stall(f"episode runner: {len(tasks) - len(done)} of {len(tasks)} groups unfinished "
                             f"after {timeout_s:g} s")
-            for (_, i), group in self.poll(0.05):
-                done[i] = group
+            for key, group in self.poll(0.05):
+                done[key.index] = group
         return [done[i] for i in range(len(tasks))]
 
     def run_group(self, task: Task, n: int, params: SamplingParams, max_tokens: int) -> Group:
         """The n episodes of `task`, scored (while nothing else runs on this runner)."""
         return self.run([task], n, params, max_tokens)[0]
 
-    def start(self, task: Task, n: int, params: SamplingParams, max_tokens: int, key: Any) -> None:
+    def start(self, task: Task, n: int, params: SamplingParams, max_tokens: int, key: GroupKey) -> None:
         """Start a group of `n` episodes of `task`; it comes out of `poll` scored, with `key`.
         `max_tokens` caps the model tokens of each episode (with the task's own budget)."""
         tools = tool_schemas(task) if task.tools and self.tokenizer.chat_template else None
@@ -124,7 +125,7 @@ class EpisodeRunner:
         self._groups.append(group)
         self._in_thread(self._open, group)
 
-    def poll(self, timeout: float) -> list[tuple[Any, Group]]:
+    def poll(self, timeout: float) -> list[tuple[GroupKey, Group]]:
         """Advance every group: one engine step (or, with nothing to generate, a wait of up to
         `timeout` for thread work), then whatever the threads finished. -> groups scored since."""
         if self.engine.has_unfinished():
@@ -237,7 +238,7 @@ class EpisodeRunner:
             group.scoring = True
             self._in_thread(self._score, group)
 
-    def _scored(self, group: _Group, result: Group) -> tuple[Any, Group]:
+    def _scored(self, group: _Group, result: Group) -> tuple[GroupKey, Group]:
         self._groups.remove(group)
         return group.key, result
 
@@ -271,10 +272,9 @@ class EpisodeRunner:
     def _score(self, group: _Group) -> tuple:
         trajectories = [ep.trajectory(self.tokenizer.decode(ep.token_ids)) for ep in group.episodes]
         try:
-            # what the verifier judges: a session's final workspace, or a domain's own host as it ended
-            workspaces = [getattr(h, "workspace", h) for h in group.hosts] or [None] * len(trajectories)
-            rewards = self.reward.score([Submission(group.task, t, w, sample_tag(group.task, i, group.key))
-                                         for i, (t, w) in enumerate(zip(trajectories, workspaces))])
+            states = [h.final_state() for h in group.hosts] or [None] * len(trajectories)
+            rewards = self.reward.score([Submission(group.task, t, w, group.key.tag(group.task, i))
+                                         for i, (t, w) in enumerate(zip(trajectories, states))])
         finally:
             self._close_hosts(group)
         return self._scored, group, Group(task=group.task, trajectories=trajectories, rewards=rewards)

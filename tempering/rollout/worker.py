@@ -27,6 +27,7 @@ from tempering.evaluation import summarize
 from tempering.models import Arch, Decoder
 from tempering.records import Group, Task
 from tempering.reward import RewardService
+from tempering.rollout.group_key import GroupKey
 from tempering.rollout.runner import EpisodeRunner
 from tempering.runtime import BoundedQueue, Stall
 from tempering.sandbox import make_sandbox
@@ -192,7 +193,7 @@ class Worker:
         self.orders[order.id] = (order, self.engine.version)
         r = self.spec.rollout
         task = order.task.make()  # a generator's task is made here, beside the episodes
-        self.runner.start(task, r.samples_per_task, self.params, r.max_tokens, ("train", order.batch, order.id))
+        self.runner.start(task, r.samples_per_task, self.params, r.max_tokens, GroupKey.train(order.batch, order.id))
 
     def _start_held(self) -> None:
         """run.deterministic: a whole batch, in order, at the version it was admitted at (published
@@ -228,17 +229,17 @@ class Worker:
                 continue
             self.evals[req.label] = (req.tasks, [])
             for task in req.tasks:
-                self.runner.start(task, 1, greedy, self.spec.eval_max_tokens, ("eval", req.label))
+                self.runner.start(task, 1, greedy, self.spec.eval_max_tokens, GroupKey.evaluation(req.label))
         self.waiting_evals = waiting
 
-    def _route(self, key: tuple, group: Group) -> None:
-        if key[0] == "train":
-            self._send(key[2], group)
+    def _route(self, key: GroupKey, group: Group) -> None:
+        if key.order is not None:
+            self._send(key.order, group)
             return
-        tasks, done = self.evals[key[1]]
+        tasks, done = self.evals[key.label]
         done.append(group)
         if len(done) == len(tasks):
-            del self.evals[key[1]]
+            del self.evals[key.label]
             order = {t.id: i for i, t in enumerate(tasks)}
             done.sort(key=lambda g: order[g.task.id])
             self.replies.put(summarize(tasks, done), self.spec.stall_timeout_s, "trainer (taking an evaluation)",

@@ -205,6 +205,10 @@ class Session:
     def workspace(self) -> Workspace:
         return self._workspace
 
+    def final_state(self) -> Workspace:
+        """What the verifier judges: the workspace as the episode left it."""
+        return self._workspace
+
     @property
     def workdir(self) -> str:
         """Where the workspace appears to the session's commands."""

@@ -35,7 +35,8 @@ from tempering.engine.sampling_params import SamplingParams
 from tempering.errors import UserError
 from tempering.records import Reward, Task
 from tempering.reward import RewardService, Submission
-from tempering.rollout.environment import Environments, sample_tag
+from tempering.rollout.environment import Environments
+from tempering.rollout.group_key import GroupKey
 from tempering.rollout.episode import Episode
 from tempering.serve import api
 from tempering.serve.agent_run import AgentRun, RunCancelled, call_json
@@ -79,7 +80,7 @@ class AgentService:
         needs = _needs_sandbox(task)
         try:
             envs, reward = self._resources(needs)
-            hosts = envs.open(task, 1, ("serve", run_id), call.tenant.name)
+            hosts = envs.open(task, 1, GroupKey("serve"), call.tenant.name)
         except UserError as e:
             raise api.ApiError(503 if needs and self._node is None else 400, f"the task cannot run: {e}",
                                "server_error") from None
@@ -125,9 +126,9 @@ class AgentService:
         ep = run.episode
         text = self.server.engine.tokenizer.decode(ep.token_ids)
         if not error and not run.cancelled.is_set():
-            workspace = getattr(host, "workspace", host)  # what the verifier judges (as the runner gives it)
-            (score,) = reward.score([Submission(ep.task, ep.trajectory(text), workspace,
-                                                sample_tag(ep.task, 0, ("serve",), call.tenant.name))])
+            state = host.final_state() if host is not None else None  # what the verifier judges
+            (score,) = reward.score([Submission(ep.task, ep.trajectory(text), state,
+                                                GroupKey("serve").tag(ep.task, 0, call.tenant.name))])
         record = _record(run, call, text, score, error)
         if record.version < 0:  # no turn ran: the version it would have run with
             record = dataclasses.replace(record, version=self.server.loop.version)

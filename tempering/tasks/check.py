@@ -24,6 +24,7 @@ from tempering.records import Reward, Task
 from tempering.reward import RewardService, Submission
 from tempering.rollout.environment import Environments
 from tempering.rollout.episode import Episode, replay
+from tempering.rollout.group_key import GroupKey
 from tempering.tasks.domain import Domain
 from tempering.tokenizer import Tokenizer, char_tokenizer
 
@@ -66,15 +67,15 @@ def score_turns(task: Task, turns: Sequence[str], reward: RewardService, envs: E
     """The reward of an episode of `task` whose assistant turns are `turns` (tool calls in the
     compact format run for real). -> the reward and the episode's trajectory."""
     fmt = tool_format("compact", tokenizer)
-    hosts = envs.open(task, 1, ("check", 0)) or [None]
+    hosts = envs.open(task, 1, GroupKey("check")) or [None]
     try:
         tools = tool_schemas(task) if task.tools and tokenizer.chat_template else None
         episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                           _CONTEXT, fmt.parse, fmt.renderer, hosts[0])
         replay(episode, list(turns) or [""], tokenizer)
         trajectory = episode.trajectory(tokenizer.decode(episode.token_ids))
-        workspace = getattr(hosts[0], "workspace", hosts[0])
-        (r,) = reward.score([Submission(task, trajectory, workspace)])
+        state = hosts[0].final_state() if hosts[0] is not None else None
+        (r,) = reward.score([Submission(task, trajectory, state)])
         return r, trajectory
     finally:
         if hosts[0] is not None:

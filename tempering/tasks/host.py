@@ -17,7 +17,9 @@ from tempering.records import Budget, ExecResult
 
 
 class ToolHost(Protocol):
-    """Where tools act: a sandbox session, or a workspace with no sandbox behind it."""
+    """Where tools act: a sandbox session, a workspace with no sandbox behind it, or a domain's
+    own object (whose tools need not read or write files). `final_state` is what the domain's
+    verifier receives once the episode ended: a session's workspace, or the host itself."""
 
     workdir: str
 
@@ -27,6 +29,8 @@ class ToolHost(Protocol):
 
     def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
             turn: int) -> ExecResult: ...  # a limit None: the sandbox's configured default
+
+    def final_state(self) -> object: ...  # what the verifier judges (`VerifierContext.workspace`)
 
 
 class WorkspaceHost:
@@ -45,6 +49,9 @@ class WorkspaceHost:
     def run(self, command: tuple[str, ...], *, time_limit_s: float | None, memory_mb: int | None,
             turn: int) -> ExecResult:
         raise ToolError("this task has no sandbox: commands cannot run")
+
+    def final_state(self) -> WorkspaceHost:
+        return self
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from tempering.buffer import pack
 from tempering.records import Batch, Task, Trajectory
 from tempering.rollout.environment import Environments
 from tempering.rollout.episode import Episode, replay
+from tempering.rollout.group_key import GroupKey
 from tempering.tokenizer import Tokenizer
 from tempering.trainer.step import StepStats, Trainer
 
@@ -42,7 +43,7 @@ def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task], fmt: ToolFormat | Non
 def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None) -> Episode:
     if fmt is None:
         raise ValueError(f"task {task.id} has tools: its SFT example needs a tool format")
-    hosts = Environments(None).open(task, 1, ("sft", None))
+    hosts = Environments(None).open(task, 1, GroupKey("sft"))
     tools = tool_schemas(task) if tokenizer.chat_template else None
     episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                       1 << 30, fmt.parse, fmt.renderer, hosts[0] if hosts else None)

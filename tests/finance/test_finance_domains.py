@@ -18,6 +18,7 @@ from tempering.config import RewardConfig
 from tempering.records import ToolCall
 from tempering.reward import RewardService, Submission
 from tempering.rollout.environment import Environments
+from tempering.rollout.group_key import GroupKey
 from tempering.rollout.episode import Episode, replay
 from tempering.tasks import domains, get_domain
 from tempering.tasks.finance import DOMAINS
@@ -55,7 +56,7 @@ def tasks_of(name: str) -> list:
 
 def play(task, turns):
     """Replay `turns` as the policy (compact tool calls run on the episode's document)."""
-    hosts = Environments(None).open(task, 1, ("test", 0)) or [None]
+    hosts = Environments(None).open(task, 1, GroupKey("test")) or [None]
     episode = Episode(task, 0, TOK.encode_prompt(task.prompt), task.budget.max_tokens, 1 << 30, FMT.parse,
                       FMT.renderer, hosts[0])
     replay(episode, turns, TOK)
@@ -124,7 +125,7 @@ def test_tasks_carry_the_report_by_reference_only():
 
 def test_tools_answer_json_calls_and_fail_as_observations():
     task = tasks_of("finance/extraction")[0]
-    doc = Environments(None).open(task, 1, None)[0]
+    doc = Environments(None).open(task, 1, GroupKey("test"))[0]
     pages = pdf_pages(decode_ref(task.ref)[0])
 
     def call(name, **args):

@@ -18,6 +18,7 @@ from tempering.records import Budget, Environment, Task
 from tempering.reward import RewardService, Submission
 from tempering.rollout import Episode
 from tempering.rollout.environment import Environments
+from tempering.rollout.group_key import GroupKey
 from tempering.rollout.episode import replay
 from tempering.tokenizer import char_tokenizer
 
@@ -52,7 +53,7 @@ def play(sandbox, folder: Path, turns: list[str]):
     task = Task(id="fix-add", domain="terminal", prompt="test_calc.py fails: fix add in /app/calc.py.\n",
                 answer="", tools=("run", "read", "write", "edit", "submit"),
                 environment=Environment(workdir="/app", folder=str(folder)), budget=Budget(max_turns=8, max_tokens=4000))
-    (host,) = Environments(sandbox).open(task, 1, ("train", 3))
+    (host,) = Environments(sandbox).open(task, 1, GroupKey.train(3, 0))
     fmt = tool_format("compact", TOK)
     try:
         ep = replay(Episode(task, 0, TOK.encode_prompt(task.prompt), 4000, 1 << 20, fmt.parse, fmt.renderer, host),

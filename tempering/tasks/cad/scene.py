@@ -45,6 +45,10 @@ class Scene:
         self.log: list[str] = []  # the commands that changed the scene, "box plate 40 30 5"
         self.submitted: str | None = None
 
+    def final_state(self) -> Scene:
+        """What the verifier judges: the scene as the episode left it."""
+        return self
+
     # -- the tools' entry point -------------------------------------------------------------
     def run(self, command: str, args: str) -> str:
         """Carry out `command` with its argument line; -> what the model reads. Raises ToolError."""
