@@ -86,7 +86,7 @@ from tempering.models import load_hf  # noqa: E402
 from tempering.pool import TaskPool  # noqa: E402
 from tempering.records import Trajectory  # noqa: E402
 from tempering.verdict import VerifierContext  # noqa: E402
-from tempering.tasks.checks import read_answer  # noqa: E402
+from tempering.tasks.answers import read_answer  # noqa: E402
 from tempering.tokenizer import load_tokenizer  # noqa: E402
 from tempering.trainer.checkpoint import latest_checkpoint  # noqa: E402
 

@@ -29,7 +29,7 @@ import statistics
 from tempering.records import Budget, Task, Trajectory
 from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import ExecRequest
-from tempering.tasks.checks import agreement, read_answer
+from tempering.tasks.answers import agreement, read_answer
 from tempering.tasks.domain import Domain
 
 LETTERS = "abcdefgh"

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 from tempering.records import Budget, Task
 from tempering.verdict import Verdict
-from tempering.tasks.checks import read_answer
+from tempering.tasks.answers import read_answer
 from tempering.tasks.domain import Domain
 
 NAME = "peer_addition"

@@ -54,7 +54,7 @@ from tempering.config import SchedulerConfig, TasksConfig
 from tempering.records import Task
 from tempering.scheduler.global_ import GlobalScheduler, GroupReport
 from tempering.scheduler.local import Job, LocalScheduler
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.registry import register
 

@@ -20,7 +20,7 @@ from tempering.pool import TaskPool
 from tempering.records import Task, Trajectory
 from tempering.reward import RewardService, Submission, Verdict
 from tempering.tasks import Domain, register, resolve_weights
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 from tempering.tokenizer import char_tokenizer
 
 ROOT = Path(__file__).parent.parent
@@ -161,7 +161,7 @@ def test_a_plugin_domain_from_another_package_trains_in_a_spawned_worker(tmp_pat
 
 def test_plugins_named_in_the_config_are_imported(tmp_path, monkeypatch):
     (tmp_path / "mydomains.py").write_text(
-        "from tempering.tasks import Domain\nfrom tempering.tasks.checks import exact_answer\n"
+        "from tempering.tasks import Domain\nfrom tempering.tasks.answers import exact_answer\n"
         "from tempering.records import Task\n"
         "DOMAIN = Domain('mine', 'a config plugin', exact_answer, make=lambda rng: Task(id='', domain='mine', "
         "prompt='p', answer='a'))\n")
@@ -180,7 +180,7 @@ def test_plugins_named_in_the_config_are_imported(tmp_path, monkeypatch):
 def test_a_plugin_domain_with_bad_levels_is_an_error_naming_it(tmp_path, monkeypatch, definition, message):
     module = f"badlevels_{abs(hash(definition))}"
     (tmp_path / f"{module}.py").write_text(
-        "from tempering.tasks import Domain\nfrom tempering.tasks.checks import exact_answer\n"
+        "from tempering.tasks import Domain\nfrom tempering.tasks.answers import exact_answer\n"
         f"from tempering.records import Task\nDOMAIN = Domain('badlv', 'a bad one', exact_answer, {definition})\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError, match=f"tasks.plugins: {module}: domain badlv: .*{message}"):

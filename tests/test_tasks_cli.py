@@ -73,7 +73,7 @@ import random
 
 from tempering.records import Budget, Task
 from tempering.tasks import Domain
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 
 
 def _make(rng: random.Random) -> Task:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from tempering.records import Budget, Task
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 from tempering.tasks.domain import Domain
 
 

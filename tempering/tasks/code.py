@@ -13,7 +13,7 @@ import random
 from tempering.records import Budget, ExecReason, Task, Trajectory
 from tempering.verdict import InfrastructureError, Verdict, VerifierContext
 from tempering.sandbox import ExecRequest
-from tempering.tasks.checks import agreement, read_answer
+from tempering.tasks.answers import agreement, read_answer
 from tempering.tasks.domain import Domain
 
 

@@ -6,7 +6,7 @@ import random
 import string
 
 from tempering.records import Budget, Task
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 from tempering.tasks.domain import Domain
 
 LETTERS = string.ascii_lowercase[:8]

@@ -16,7 +16,7 @@ from tempering.errors import UserError
 from tempering.records import Task
 from tempering.scheduler.global_ import GlobalScheduler, GroupReport
 from tempering.tasks import Domain, registry
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 
 # per-group (generated tokens, sandbox seconds) each test domain reports
 COST = {"zsched/tok": (1000, 0.0), "zsched/lite": (100, 0.0), "zsched/easy": (100, 0.0), "zsched/hard": (100, 0.0),

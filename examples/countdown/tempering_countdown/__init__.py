@@ -20,7 +20,7 @@ from collections import Counter
 from tempering.records import Budget, Task, Trajectory
 from tempering.verdict import Verdict, VerifierContext
 from tempering.tasks import Domain
-from tempering.tasks.checks import read_answer
+from tempering.tasks.answers import read_answer
 
 NAME = "example/countdown"
 OPS = "+-*"

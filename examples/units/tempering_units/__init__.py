@@ -17,7 +17,7 @@ from importlib import resources
 
 from tempering.records import Budget, Task
 from tempering.tasks import Domain
-from tempering.tasks.checks import exact_answer
+from tempering.tasks.answers import exact_answer
 
 NAME = "example/units"
 SPLITS = ("train", "heldout")

@@ -31,7 +31,7 @@ import random
 
 from tempering.records import Budget, Message, Task, Trajectory
 from tempering.verdict import JudgeItem, Verdict, VerifierContext, outcome_item
-from tempering.tasks.checks import read_answer
+from tempering.tasks.answers import read_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.finance import conclusion, questions
 from tempering.tasks.finance.formats import fmt_signed

@@ -26,7 +26,7 @@ import random
 
 from tempering.records import Budget, Message, Task, Trajectory
 from tempering.verdict import Verdict, VerifierContext
-from tempering.tasks.checks import read_answer
+from tempering.tasks.answers import read_answer
 from tempering.tasks.domain import Domain
 from tempering.tasks.reasoning import entries, scoring
 from tempering.tasks.reasoning.catalog import FIXED, HEAVY, domain_datasets

@@ -1,5 +1,5 @@
-"""Checks that several domains' verifiers share: reading a sample's answer as the model gave it,
-and comparing it with an exact answer (with positional partial credit).
+"""A sample's answer, as several domains' verifiers read it: the answer as the model gave it, and
+the check against an exact answer (with positional partial credit).
 
 `read_answer` looks at the sample itself, not only its decoded text: decoding skips special
 tokens, so `0 5 2 <pad>` reads as `052`, and only the ids show that the model never gave that
