@@ -1,6 +1,6 @@
 """The checks every config section runs on its own values. Bounds are declared on the fields as
-`typing.Annotated` metadata (`Range`, `Match`, `Holds`; `Each` and `Keys` for the items and the
-names of a list or table), and `check_fields` checks every field against its type and its
+`typing.Annotated` metadata (`Range`, `Match`, `Holds`; `Each` for the items of a list or the
+values of a table, whose names are bounded on the key type: `dict[Annotated[str, Match(...)], X]`), and `check_fields` checks every field against its type and its
 metadata, however the section was built (from TOML, or in code as `LLM(model, attention=...)`
 does). A failure is a `ConfigError` of one line: the key, what was expected, the value given.
 Relations between fields are not bounds: the sections check those themselves (`_require`).
@@ -108,16 +108,6 @@ class Each:
         return f"each: {self.bound}"
 
 
-@dataclass(frozen=True)
-class Keys:
-    """`bound` on every name of a table (the key `section.field.<name>` names it)."""
-
-    bound: Bound
-
-    def __str__(self) -> str:
-        return f"names: {self.bound}"
-
-
 def describe(tp: Any) -> str:
     """What a value of type `tp` looks like, for error messages."""
     if typing.get_origin(tp) is Literal:
@@ -147,10 +137,7 @@ def _check(tp: Any, value: Any, key: str, replaced: Mapping[str, str] | None = N
         tp, *bounds = typing.get_args(tp)
     _check_type(tp, value, key, replaced)
     for b in bounds:
-        if isinstance(b, Keys):
-            for k in value:
-                _bound(b.bound, str, k, f"{key}.{k}")
-        elif isinstance(b, Each) and isinstance(value, Mapping):
+        if isinstance(b, Each) and isinstance(value, Mapping):
             for k, v in value.items():
                 _bound(b.bound, typing.get_args(tp)[1], v, f"{key}.{k}")
         elif isinstance(b, Each):
@@ -191,6 +178,7 @@ def _check_type(tp: Any, value: Any, key: str, replaced: Mapping[str, str] | Non
     elif origin is dict:
         _require(isinstance(value, Mapping), key, "a table", value)
         for k, v in value.items():
+            _check(args[0], k, f"{key}.{k}")  # a table's names: `section.field.<name>` is the key
             _check(args[1], v, f"{key}.{k}")
     elif tp in (bool, int, float, str):
         _require(_fits(tp, value), key, describe(tp), value)

@@ -7,9 +7,10 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from tempering.config.checks import NONBLANK, Holds, Keys, Match, Range, _require, check_fields
+from tempering.config.checks import NONBLANK, Holds, Match, Range, _require, check_fields
 
-SCORER_NAME = Match(r"[a-z0-9_]+", "a name of lowercase letters, digits and '_'")
+# the name of a reward model or judge, as `rm_<name>` and `judge_<name>` use it
+ScorerName = Annotated[str, Match(r"[a-z0-9_]+", "a name of lowercase letters, digits and '_'")]
 
 
 def _http_url(text: str) -> bool:
@@ -65,8 +66,8 @@ class RewardConfig:
     weights: dict[str, float] = field(default_factory=lambda: {"outcome": 1.0, "partial": 0.5, "executes": 0.25})
     # a domain's own weights, over `weights`: e.g. { terminal = { outcome = 1.0, valid_calls = 0.1 } }
     domain_weights: dict[str, dict[str, float]] = field(default_factory=dict)
-    models: Annotated[dict[str, RewardModelConfig], Keys(SCORER_NAME)] = field(default_factory=dict)  # [reward.models.<name>]
-    judges: Annotated[dict[str, JudgeConfig], Keys(SCORER_NAME)] = field(default_factory=dict)  # [reward.judges.<name>]
+    models: dict[ScorerName, RewardModelConfig] = field(default_factory=dict)  # [reward.models.<name>]
+    judges: dict[ScorerName, JudgeConfig] = field(default_factory=dict)  # [reward.judges.<name>]
     # which domains get which model and judge components: domain, family or glob -> names such
     # as ["rm_quality", "judge_process"]; a domain matched by several keys gets all their names
     scorers: dict[str, list[str]] = field(default_factory=dict)

@@ -9,9 +9,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from tempering.config.checks import Each, Keys, Match, Range, check_fields
+from tempering.config.checks import Each, Match, Range, check_fields
 
 TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+TenantName = Annotated[str, Match(TENANT_NAME.pattern, "a name of letters, digits, '.', '_' or '-'")]
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,7 @@ class ServeConfig:
     log_dir: str = ""
     follow_poll_s: Annotated[float, Range(gt=0)] = 2.0  # --follow: how often the run's checkpoints are looked at
     aging_s: Annotated[float, Range(gt=0)] = 30.0  # sandbox jobs: this much waiting is worth one priority level
-    tenants: Annotated[dict[str, TenantConfig], Keys(Match(TENANT_NAME.pattern, "a name of letters, digits, '.', '_' "
-                                                           "or '-'"))] = field(default_factory=dict)
+    tenants: dict[TenantName, TenantConfig] = field(default_factory=dict)
     request_timeout_s: Annotated[float, Range(gt=0)] = 600.0  # the server's deadline for one request
     max_request_sequences: Annotated[int, Range(gt=0)] = 256  # the server refuses requests asking for more (prompts x n)
 
