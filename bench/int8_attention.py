@@ -31,7 +31,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tempering.engine import int8_attention, paged_decode  # noqa: E402
+from tempering.engine import int8_attention  # noqa: E402
+from tempering.engine.cpu import paged_decode  # noqa: E402
 from tempering.engine.kv_cache import KVPool  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 6, 2, 64, 16
@@ -115,7 +116,7 @@ def main() -> None:
             row["max_abs_diff"] = float(diff.abs().max())
         else:
             row["dequantize_skipped"] = f"float K/V would be {float_gib:.2f} GiB"
-        if queries == 1 and paged_decode.use(pool):
+        if queries == 1 and paged_decode.misfit(pool) is None and paged_decode.built():
             row["kernel_ms"] = best_ms(kernel, (pool, q, index, mask), args.reps)
             row["kernel_vs_fused"] = round(row["fused_ms"] / row["kernel_ms"], 2)
             if "dequantize_ms" in row:

@@ -21,7 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tempering.engine import kv_cache, paged_decode  # noqa: E402
+from tempering.engine import kv_cache  # noqa: E402
+from tempering.engine.cpu import paged_decode  # noqa: E402
 from tempering.engine.kv_cache import KVPool  # noqa: E402
 
 LAYERS, BLOCK, KV_HEADS, REP, HEAD_DIM, ROWS = 8, 16, 2, 3, 64, 64
@@ -56,7 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.rounds < 1 or args.blocks < 1 or args.keys < BLOCK or args.keys % BLOCK:
         ap.error("--rounds and --blocks must be positive, --keys a positive multiple of 16")
-    if not paged_decode.use(KVPool(1, 1, BLOCK, KV_HEADS, HEAD_DIM)):
+    if not paged_decode.built():
         ap.error("the paged decode kernel is not built here (no C compiler?)")
     torch.set_num_threads(1)
     before = anon_huge_kib()

@@ -20,9 +20,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import int8_attention, paged_decode, sparse
+from tempering.engine import int8_attention, sparse
+from tempering.engine.cpu import paged_decode
 from tempering.engine.kv_cache import KVPool
-from tempering.engine.partial_attention import FLASH_WITH_LSE, merge
+from tempering.engine.partial_attention import flash_with_lse, merge
+from tempering.engine.plan import AttentionPlan
 from tempering.engine.sparse import SparseRows, SparseSpec
 
 
@@ -66,10 +68,6 @@ class StepMeta:
 
 
 
-def cascade_available() -> bool:
-    return FLASH_WITH_LSE is not None
-
-
 @functools.lru_cache(maxsize=2)
 def _flex(compiled: bool):
     from torch.nn.attention.flex_attention import flex_attention
@@ -97,9 +95,9 @@ def flex_block_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int, sinks
 
 
 class PagedAttention:
-    def __init__(self, pool: KVPool, meta: StepMeta, flex: bool = False, compile_flex: bool = False,
-                 sparse: SparseSpec | None = None, sparse_layers: frozenset[int] = frozenset()):
-        self.pool, self.meta, self.flex, self.compile_flex = pool, meta, flex, compile_flex
+    def __init__(self, pool: KVPool, meta: StepMeta, plan: AttentionPlan, sparse: SparseSpec | None = None,
+                 sparse_layers: frozenset[int] = frozenset()):
+        self.pool, self.meta, self.plan = pool, meta, plan
         self.sparse, self.sparse_layers = sparse, sparse_layers
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -126,7 +124,7 @@ class PagedAttention:
         rows = [self.meta.sparse_decode] + [c.sparse for c in self.meta.prefills]
         for r in rows:
             if r is not None:
-                res = sparse.attend(self.sparse, self.pool, layer, q[0], r)  # [R, Q, H, D]
+                res = sparse.attend(self.sparse, self.pool, layer, q[0], r, self.plan)  # [R, Q, H, D]
                 real = r.tokens >= 0
                 out[0, :, r.tokens[real]] = res[real].transpose(0, 1)
         for c in self.meta.prefills:
@@ -147,7 +145,7 @@ class PagedAttention:
         lse = q.new_empty(b, kvh, rep) if self.meta.shared else None
         for bk in self.meta.decode:
             rows = qd[bk.lo: bk.hi].reshape(-1, kvh, rep, d)
-            if paged_decode.use(pool):
+            if self.plan.paged_decode:
                 if bk.reader is None:
                     bk.reader = paged_decode.Reader(pool, bk.index.view(bk.hi - bk.lo, bk.keys),
                                                     bk.mask.view(bk.hi - bk.lo, bk.keys))
@@ -158,7 +156,7 @@ class PagedAttention:
                 if lse is not None:
                     lse[bk.lo: bk.hi] = l
                 continue
-            if int8_attention.use(pool, bk.index.numel(), prefill=False):
+            if int8_attention.use(self.plan.int8_attention, bk.index.numel(), prefill=False):
                 index, mask = bk.index.view(bk.hi - bk.lo, bk.keys), bk.mask.view(bk.hi - bk.lo, 1, bk.keys)
                 if lse is None:
                     out[bk.lo: bk.hi] = int8_attention.attend(pool, layer, qd[bk.lo: bk.hi], index, mask)[:, :, 0]
@@ -177,7 +175,7 @@ class PagedAttention:
                 o = F.scaled_dot_product_attention(rows, kk, vv, attn_mask=bk.mask)
                 out[bk.lo: bk.hi] = o.reshape(-1, heads, d)
             else:
-                o, l = FLASH_WITH_LSE(rows, kk, vv, attn_mask=bk.bias)
+                o, l = flash_with_lse(rows, kk, vv, attn_mask=bk.bias)
                 out[bk.lo: bk.hi] = o.reshape(-1, heads, d)
                 lse[bk.lo: bk.hi] = l
         if lse is not None:
@@ -191,11 +189,11 @@ class PagedAttention:
         for sp in self.meta.shared:
             g = len(sp.rows)
             qg = qr.index_select(0, sp.rows).transpose(0, 1).reshape(1, kvh, g * rep, d)
-            if int8_attention.use(self.pool, sp.index.numel(), prefill=False):
+            if int8_attention.use(self.plan.int8_attention, sp.index.numel(), prefill=False):
                 o1, l1 = int8_attention.attend(self.pool, layer, qg, sp.index[None], lse=True)
             else:
                 kp, vp = self.pool.gather(layer, sp.index, buffer=1)
-                o1, l1 = FLASH_WITH_LSE(qg, kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0))
+                o1, l1 = flash_with_lse(qg, kp.transpose(0, 1).unsqueeze(0), vp.transpose(0, 1).unsqueeze(0))
             o1 = o1.view(kvh, g, rep, d).transpose(0, 1)
             l1 = l1.view(kvh, g, rep).transpose(0, 1)
             o.index_copy_(0, sp.rows, merge(o.index_select(0, sp.rows), lse.index_select(0, sp.rows), o1, l1))
@@ -203,7 +201,7 @@ class PagedAttention:
     def _prefill(self, layer, q, k, v, c: PrefillChunk, gqa: bool) -> torch.Tensor:
         if c.index is None:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-        if c.block_mask is None and int8_attention.use(self.pool, c.index.numel(), prefill=True):
+        if c.block_mask is None and int8_attention.use(self.plan.int8_attention, c.index.numel(), prefill=True):
             return int8_attention.attend(self.pool, layer, q, c.index[None], None if c.mask is None else c.mask[None])
         kk, vv = self.pool.gather(layer, c.index)
         kk = kk.transpose(0, 1).unsqueeze(0)  # [1, KVH, keys, D]
@@ -213,7 +211,8 @@ class PagedAttention:
             padded = c.block_mask.shape[-2]
             if padded > rows:  # compiled flex runs on shapes padded to a few sizes
                 q = torch.cat([q, q.new_zeros(*q.shape[:2], padded - rows, q.shape[3])], dim=2)
+            flex = _flex(self.plan.prefill == "compiled flex")
             with warnings.catch_warnings():  # eager flex is a deliberate choice (no compile wait)
                 warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-                return _flex(self.compile_flex)(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)[:, :, :rows]
+                return flex(q, kk, vv, block_mask=c.block_mask, enable_gqa=gqa)[:, :, :rows]
         return F.scaled_dot_product_attention(q, kk, vv, attn_mask=c.mask, enable_gqa=gqa)

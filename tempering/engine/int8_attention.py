@@ -12,14 +12,14 @@ kernel. Its measured speed against dequantize-then-SDPA: docs/benchmarks.md."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from tempering.engine.kv_cache import KVPool
 
-# Which reads of an int8 pool the engine's attention routes here: "auto" = decode-shaped reads
-# (one query per row: decode buckets, shared prefixes, sparse decode rows) of at least MIN_KEYS
-# keys in all, where it measured faster; "always" (tests); "never" = dequantize-then-SDPA.
-MODE = "auto"
+Mode = Literal["auto", "always", "never"]  # AttentionPlan.int8_attention
+
 MIN_KEYS = 8192  # below, the dequantized copy (4 MiB at 8192 keys) stays in cache and SDPA wins
 CHUNK = 1 << 20  # fp32 elements of one chunk of cast keys or values (4 MiB)
 SCORES = 1 << 22  # fp32 elements of scores per pass (16 MiB); a prefill chunk's queries split to fit
@@ -36,11 +36,12 @@ def _buffer(name: str, numel: int, device: torch.device) -> torch.Tensor:
     return buf[:numel]
 
 
-def use(pool: KVPool, keys: int, prefill: bool) -> bool:
-    """Whether a read of `keys` pool slots in all (rows x keys) goes through `attend` (`MODE`)."""
-    if not pool.quantized or MODE == "never":
-        return False
-    return MODE == "always" or (not prefill and keys >= MIN_KEYS)
+def use(mode: Mode, keys: int, prefill: bool) -> bool:
+    """Whether a read of `keys` pool slots in all (rows x keys) of an int8 pool goes through
+    `attend`, under the plan's `mode` (`AttentionPlan.int8_attention`, "never" for other pools):
+    "auto" = decode-shaped reads (one query per row: decode buckets, shared prefixes, sparse
+    decode rows) of at least MIN_KEYS keys, where it measured faster."""
+    return mode == "always" or (mode == "auto" and not prefill and keys >= MIN_KEYS)
 
 
 def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor, mask: torch.Tensor | None = None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import time
 import warnings
 from dataclasses import fields, replace
@@ -30,19 +31,21 @@ import torch
 from tempering.errors import UserError
 from tempering.config import EngineConfig
 from tempering.engine.block_manager import BlockManager
-from tempering.engine.int8_weights import Int8Weights
+from tempering.engine.cpu.int8_weights import Int8Weights
 from tempering.engine.kv_cache import KVPool
 from tempering.engine.kv_swap import SwapSpace
 from tempering.engine.kv_usage import KVUsage, kv_usage
 from tempering.engine.sparse import SparseSpec
 from tempering.engine.model_runner import ModelRunner
 from tempering.engine.outputs import CompletionOutput, RequestOutput
+from tempering.engine.plan import AttentionPlan, choose_plan
 from tempering.engine.sampling_params import SamplingParams, final_text, hit_stop
 from tempering.engine.scheduler import Scheduler, SchedulerOutput
 from tempering.engine.sequence import Request, Sequence, Status
 from tempering.models import Decoder
 
 _CONFIG_NAMES = {f.name for f in fields(EngineConfig)}
+log = logging.getLogger(__name__)
 
 
 def torch_dtype(dtype: str) -> torch.dtype | None:
@@ -75,10 +78,11 @@ def _warn_if_slow_on_this_cpu(dtype: torch.dtype) -> None:
 
 class LLM:
     def __init__(self, model: Decoder, tokenizer=None, config: EngineConfig | None = None,
-                 eos_token_ids: Seq[int] = (), *, version: int = 0, **overrides):
+                 eos_token_ids: Seq[int] = (), *, version: int = 0, plan: AttentionPlan | None = None, **overrides):
         """`version`: the policy version of the model's weights (the rollout worker starts at -1,
-        below any published version, so the first `WeightStore.pull` loads). `overrides` are
-        EngineConfig fields, e.g. LLM(model, max_seq_len=256)."""
+        below any published version, so the first `WeightStore.pull` loads). `plan`: the attention
+        and sampling paths (default: `choose_plan`'s for this config and machine; tests force
+        one). `overrides` are EngineConfig fields, e.g. LLM(model, max_seq_len=256)."""
         unknown = sorted(set(overrides) - _CONFIG_NAMES)
         if unknown:
             raise ValueError(f"LLM: unknown engine options {unknown} (known: {sorted(_CONFIG_NAMES)})")
@@ -107,8 +111,16 @@ class LLM:
                                    cfg.attention_sinks)
         swap = SwapSpace(self.pool, cfg.swap_blocks) if cfg.swap_blocks else None
         self.scheduler = Scheduler(self.blocks, cfg.max_batch_size, cfg.max_batched_tokens, swap)
-        self.runner = ModelRunner(self.int8.model if self.int8 else model, self.pool, cfg.sliding_window,
-                                  cfg.attention_sinks, cfg.attention == "flex", cfg.compile_flex, sparse,
+        if plan is None:
+            prefill = "sdpa" if cfg.attention == "sdpa" else "compiled flex" if cfg.compile_flex else "flex"
+            plan = choose_plan(self.pool, sparse is not None, cfg.sliding_window, prefill)
+        else:
+            plan = replace(plan, why=())  # the caller's choice: not for the reasons a chosen plan had
+        plan.check(self.pool)
+        self.plan = plan
+        log.info("attention plan: %s", plan.describe())
+        self.runner = ModelRunner(self.int8.model if self.int8 else model, self.pool, plan, cfg.sliding_window,
+                                  cfg.attention_sinks, sparse,
                                   frozenset(cfg.sparse_layers or range(arch.num_hidden_layers)))
         self.requests: dict[int, Request] = {}
         self._ids = itertools.count()

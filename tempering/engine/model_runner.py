@@ -16,10 +16,10 @@ import itertools
 import numpy as np
 import torch
 
-from tempering.engine import paged_decode
 from tempering.engine.attention import (DecodeBucket, PagedAttention, PrefillChunk, SharedPrefix, StepMeta,
-                                         cascade_available, flex_block_mask, visible)
+                                         flex_block_mask, visible)
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.plan import AttentionPlan
 from tempering.engine.sampler import sample
 from tempering.engine.sparse import SparseRows, SparseSpec
 from tempering.engine.scheduler import SchedulerOutput
@@ -33,16 +33,15 @@ MIN_BUCKET_ROWS = 8  # below this a separate attention call costs more than the 
 
 
 class ModelRunner:
-    def __init__(self, model: Decoder, pool: KVPool, window: int = 0, sinks: int = 0,
-                 flex: bool = False, compile_flex: bool = False, sparse: SparseSpec | None = None,
-                 sparse_layers: frozenset[int] = frozenset()):
-        self.model, self.pool = model, pool
+    def __init__(self, model: Decoder, pool: KVPool, plan: AttentionPlan, window: int = 0, sinks: int = 0,
+                 sparse: SparseSpec | None = None, sparse_layers: frozenset[int] = frozenset()):
+        self.model, self.pool, self.plan = model, pool, plan
         self.sparse, self.sparse_layers = sparse, sparse_layers
         self.device = pool.device  # every index tensor is made there: the engine runs where the model is
         self.bs = pool.block_size
         self.window, self.sinks = window, sinks
-        self.flex, self.compile_flex = flex, compile_flex
-        self.cascade = cascade_available() and not window
+        self.flex = plan.prefill != "sdpa"
+        self.compile_flex = plan.prefill == "compiled flex"
         self.shared_prefix_reads = 0  # decode rows that read a shared prefix once for their group
 
     @torch.no_grad()
@@ -73,7 +72,7 @@ class ModelRunner:
                 chunk.sparse = self._sparse_rows(self._query_blocks(seq, offset, count))
             meta.prefills.append(chunk)
             offset += count
-        attention = PagedAttention(self.pool, meta, self.flex, self.compile_flex, self.sparse, self.sparse_layers)
+        attention = PagedAttention(self.pool, meta, self.plan, self.sparse, self.sparse_layers)
         hidden = self.model.hidden_states(self._t([ids]), self._t([positions]), attention)
         for src, dst, slots in step.copies:  # a fork's partial block: this forward has just written it
             self.pool.copy_block(src, dst, slots)
@@ -91,7 +90,7 @@ class ModelRunner:
         ps = [s.params for s in seqs]
         tokens, logprobs = sample(logits, self._t([p.temperature for p in ps]),
                                   self._t([p.top_p for p in ps]), self._t([p.top_k for p in ps]),
-                                  [s.generator for s in seqs])
+                                  [s.generator for s in seqs], native=self.plan.native_sampler)
         return tokens.tolist(), logprobs.tolist()
 
     def _query_blocks(self, seq: Sequence, offset: int, count: int) -> list[tuple[Sequence, int, int, int]]:
@@ -158,7 +157,7 @@ class ModelRunner:
         widest = max(len(s.block_table) for s in seqs)
         table = self._t([s.block_table + [0] * (widest - len(s.block_table)) for s in seqs])
         starts = torch.zeros(len(seqs), dtype=torch.long, device=self.device)
-        if self.cascade:
+        if self.plan.cascade:
             for rows, blocks in self._shared_prefixes(seqs):
                 meta.shared.append(SharedPrefix(self._t(rows), table[rows[0], :blocks].repeat_interleave(
                     self.bs) * self.bs + torch.arange(self.bs, device=self.device).repeat(blocks)))
@@ -166,7 +165,7 @@ class ModelRunner:
                 self.shared_prefix_reads += len(rows)
         own = lengths - starts
         # The paged kernel skips a padded slot for one mask read, less than a call per bucket costs
-        ranges = [(0, len(seqs))] if paged_decode.use(self.pool) else _buckets(own.tolist())
+        ranges = [(0, len(seqs))] if self.plan.paged_decode else _buckets(own.tolist())
         for lo, hi in ranges:
             width = int(own[lo:hi].max())
             if self.window:

@@ -13,31 +13,25 @@ largest logit is NaN or infinite is a ValueError that names the row, on either p
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from pathlib import Path
-
 import torch
 
-from tempering.engine import native
-
-CHUNK = 128  # tokens per chunk of the two-level draw (CH in sampler.c)
-NATIVE = True  # tests turn it off to compare the two paths
-SPLIT_ELEMENTS = 1 << 18  # logits per run of rows on a thread at least: a hand-off costs ~50 us
-SOURCE = Path(__file__).with_suffix(".c")
+from tempering.engine.cpu import sampler as cpu_sampler
+from tempering.engine.cpu.sampler import CHUNK
 
 
 def sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
-           generators: list[torch.Generator | None]) -> tuple[torch.Tensor, torch.Tensor]:
+           generators: list[torch.Generator | None], native: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] fp32; temperature/top_p [B] float; top_k [B] long (0 = off).
-    Rows with temperature 0 take the argmax. -> tokens [B] long, logprobs [B] float."""
+    Rows with temperature 0 take the argmax. `native`: untruncated float32 rows on the CPU are
+    drawn by the C kernel (`AttentionPlan.native_sampler`: it is built).
+    -> tokens [B] long, logprobs [B] float."""
     greedy = temperature == 0
     u = None if bool(greedy.all()) else _uniforms(generators)
     truncated = not (bool((top_p >= 1).all()) and bool((top_k == 0).all()))
-    if NATIVE and not truncated:
-        done = _native(logits, temperature, u)
-        if done is not None:
-            return done
+    if native and not truncated and logits.device.type == "cpu" and logits.dtype == torch.float32:
+        tokens, logprobs, finite = cpu_sampler.draw(logits, temperature, u)
+        if finite:
+            return tokens, logprobs
     _check_finite(logits.amax(-1))
     if bool((temperature == 1).all()):
         scaled = logits  # RL samples at temperature 1: no scaled copy of the logits
@@ -72,47 +66,6 @@ def _uniforms(generators: list[torch.Generator | None]) -> torch.Tensor:
         return torch.empty(len(generators), dtype=torch.float64, device="cpu").uniform_()
     # one cat of one-element draws: assigning each into a tensor cost 12 us a row (0.8 ms a step at 64 rows)
     return torch.cat([torch.rand(1, dtype=torch.float64, generator=g, device="cpu") for g in generators])
-
-
-@functools.lru_cache(maxsize=1)
-def _kernel():
-    """sampler.c's `draw`, or None (with one warning) where it cannot be built here."""
-    lib = native.library(SOURCE, "sampling stays in PyTorch (slower)")
-    if lib is None:
-        return None
-    lib.draw.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    lib.draw.restype = ctypes.c_int64
-    return lib.draw
-
-
-def _native(logits: torch.Tensor, temperature: torch.Tensor,
-            u: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The untruncated draw by sampler.c, or None where it does not apply (not float32 on the CPU,
-    no kernel). Raises ValueError for a row whose largest logit is not finite."""
-    if logits.device.type != "cpu" or logits.dtype != torch.float32 or _kernel() is None:
-        return None
-    logits = logits.contiguous()
-    rows, vocab = logits.shape
-    t = temperature.to("cpu", torch.float32)
-    inv_t = torch.where(t > 0, 1 / t, torch.zeros_like(t)).contiguous()
-    cpu = {"device": "cpu"}  # explicit: the default device may be another (tests set "meta")
-    u = torch.zeros(rows, dtype=torch.float64, **cpu) if u is None else u.contiguous()
-    tokens, logprobs = torch.empty(rows, dtype=torch.int64, **cpu), torch.empty(rows, **cpu)
-    parts = max(1, min(torch.get_num_threads(), rows, rows * vocab // SPLIT_ELEMENTS))
-    cdf = torch.empty(parts, -(-vocab // CHUNK), dtype=torch.float64, **cpu)
-    kernel, bad = _kernel(), []
-
-    def run(part: int, lo: int, hi: int) -> None:
-        found = kernel(logits[lo].data_ptr() if hi > lo else 0, hi - lo, vocab, inv_t[lo:].data_ptr(),
-                       u[lo:].data_ptr(), tokens[lo:].data_ptr(), logprobs[lo:].data_ptr(), cdf[part].data_ptr())
-        if found >= 0:
-            bad.append(found)
-
-    native.split_rows(run, rows, parts, "sampler")
-    if bad:
-        _check_finite(logits.amax(-1))
-    return tokens, logprobs
 
 
 def _truncate(probs: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:

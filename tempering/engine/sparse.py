@@ -18,9 +18,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tempering.engine import int8_attention, paged_decode, partial_attention, sparse_decode
+from tempering.engine import int8_attention
+from tempering.engine.cpu import paged_decode, sparse_decode
 from tempering.engine.kv_cache import HeadsApart, KVPool
-from tempering.engine.partial_attention import merge
+from tempering.engine.partial_attention import flash_with_lse, merge
+from tempering.engine.plan import AttentionPlan
 
 
 MAX_GROUPS = 64  # a row's unread blocks in at most this many groups (bounded cost per query at any length)
@@ -87,18 +89,20 @@ def select(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     return torch.where(top > -torch.inf, chosen, -1).sort(dim=2).values
 
 
-def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows) -> torch.Tensor:
+def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: SparseRows,
+           plan: AttentionPlan) -> torch.Tensor:
     """q [H, N, D] (the step's queries) -> [R, Q, H, D]: each row's queries attended, through each
     kv head, over the blocks `select` picks for that head, and the rest of its blocks as their
     group means (`rest`) (padding rows of Q are garbage, never read back). Each (row, kv head)
-    is read as a row of its own over the pool seen as one of a single kv head (`HeadsApart`)."""
+    is read as a row of its own over the pool seen as one of a single kv head (`HeadsApart`),
+    by the paths `plan` takes."""
     heads, _, d = q.shape
     bs, kvh = pool.block_size, pool.kv_heads
     rep = heads // kvh
     taken = rows.tokens.clamp(min=0)
     qr = q[:, taken].permute(1, 0, 2, 3)  # [R, H, Q, D]
     apart = HeadsApart(pool)
-    if qr.shape[2] == 1 and paged_decode.use(apart) and sparse_decode.use(pool):
+    if qr.shape[2] == 1 and plan.paged_decode and plan.sparse_decode:
         return _decode(spec, pool, layer, qr, rows, apart)
     shared = _shared(rows)  # looked at once for both
     chosen = select(spec, pool, layer, qr.transpose(1, 2), rows, shared)  # [R, KVH, S]
@@ -114,10 +118,10 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
             out = merge(out, lse.reshape(r, heads, nq), *_attend_rest(qr, unread))
         return out.transpose(1, 2)  # [R, Q, H, D]
 
-    if nq == 1 and paged_decode.use(apart):  # decode rows: masked slots are skipped, never read
+    if nq == 1 and plan.paged_decode:  # decode rows: masked slots are skipped, never read
         return done(*paged_decode.attend(apart, layer, qh.reshape(r * kvh, 1, rep, d), slots,
                                          mask[:, 0].repeat_interleave(kvh, 0)))
-    if int8_attention.use(apart, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
+    if int8_attention.use(plan.int8_attention, slots.numel(), prefill=nq > 1):  # masked int8 slots weigh 0 (finite)
         return done(*int8_attention.attend(apart, layer, qh, slots, mask.repeat_interleave(kvh, 0), lse=True))
     kk, vv = apart.gather(layer, slots.reshape(-1))
     zero = ~written[:, None, :, None]
@@ -130,8 +134,8 @@ def attend(spec: SparseSpec, pool: KVPool, layer: int, q: torch.Tensor, rows: Sp
     bias = torch.where(mask, 0.0, -torch.inf).to(q.dtype)  # measured: SDPA runs faster with it than with bool
     if unread is None:
         return done(F.scaled_dot_product_attention(grouped, kk, vv, attn_mask=bias), None)
-    if (flash := partial_attention.FLASH_WITH_LSE) is not None and q.device.type == "cpu":  # merged by its lse
-        return done(*flash(grouped, kk, vv, attn_mask=bias)[:2])
+    if plan.flash_lse:  # merged by its lse
+        return done(*flash_with_lse(grouped, kk, vv, attn_mask=bias))
     # the group means as more keys, weighted by their counts through the mask (one per kv head)
     kk = torch.cat([kk, unread.keys.to(kk.dtype)], 2)
     vv = torch.cat([vv, unread.values.to(vv.dtype)], 2)

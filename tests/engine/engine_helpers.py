@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 
 import torch
 import torch.nn.functional as F
 
+from tempering.engine import LLM
 from tempering.models import Arch
 from tempering.trainer import token_logprobs
 
@@ -47,6 +49,13 @@ def _windowed(window: int, sinks: int):
 def assert_matches_trainer(model, prompt, completion_output, temperature=1.0, **window):
     ref = reference_logprobs(model, prompt, completion_output.token_ids, temperature, **window)
     torch.testing.assert_close(torch.tensor(completion_output.logprobs), ref, atol=1e-4, rtol=0)
+
+
+def engine_with(model, paths: dict, **options) -> LLM:
+    """An `LLM` with `options` whose chosen `AttentionPlan` has `paths` changed (a path forced on
+    or off, everything else as the engine would choose)."""
+    plan = dataclasses.replace(LLM(model, **options).plan, **paths)
+    return LLM(model, plan=plan, **options)
 
 
 def finish(engine) -> list:

@@ -8,7 +8,8 @@ import torch.multiprocessing as tmp
 
 from engine_helpers import ARCH, random_prompts, reference_logprobs
 from tempering.config import ConfigError, EngineConfig
-from tempering.engine import LLM, SamplingParams, paged_decode
+from tempering.engine import LLM, SamplingParams
+from tempering.engine.cpu import paged_decode
 from tempering.models import build_model
 from tempering.rollout import worker
 from tempering.weights import EngineSync, WeightStore

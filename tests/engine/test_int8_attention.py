@@ -4,9 +4,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_helpers import random_prompts
-from tempering.engine import LLM, SamplingParams, int8_attention, kv_cache, paged_decode
+from engine_helpers import engine_with, random_prompts
+from tempering.engine import SamplingParams, int8_attention, kv_cache
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.plan import choose_plan
 
 TOL = 1e-5  # both are fp32 over the same int8 values; only summation order differs
 
@@ -84,11 +85,12 @@ def test_fused_differs_from_fp32_keys_by_the_quantization_only():
 
 def test_auto_mode_fuses_long_decode_reads_only():
     int8, fp32 = KVPool(1, 4, 16, 2, 16, dtype="int8"), KVPool(1, 4, 16, 2, 16)
-    assert int8_attention.MODE == "auto"
-    assert int8_attention.use(int8, int8_attention.MIN_KEYS, prefill=False)
-    assert not int8_attention.use(int8, int8_attention.MIN_KEYS - 1, prefill=False)
-    assert not int8_attention.use(int8, 10 * int8_attention.MIN_KEYS, prefill=True)  # measured slower
-    assert not int8_attention.use(fp32, 10 * int8_attention.MIN_KEYS, prefill=False)
+    assert choose_plan(int8).int8_attention == "auto" and choose_plan(fp32).int8_attention == "never"
+    use, keys = int8_attention.use, int8_attention.MIN_KEYS
+    assert use("auto", keys, prefill=False)
+    assert not use("auto", keys - 1, prefill=False)
+    assert not use("auto", 10 * keys, prefill=True)  # measured slower
+    assert not use("never", 10 * keys, prefill=False) and use("always", 1, prefill=True)
 
 
 OPTIONS = {
@@ -102,12 +104,12 @@ def test_engine_greedy_tokens_equal_the_dequantize_path(model, monkeypatch, opti
     prompts = random_prompts(4, 60, 120, seed=21)
     params = SamplingParams(n=3, temperature=0, max_tokens=40, ignore_eos=True)
 
-    monkeypatch.setattr(paged_decode, "ENABLED", False)  # its own decode path for int8 (test_paged_decode)
     apart = kv_cache.HeadsApart.gather  # block-sparse rows gather through a per-kv-head view
 
     def run(fused: bool):
-        monkeypatch.setattr(int8_attention, "MODE", "always" if fused else "never")
-        engine = LLM(model, max_seq_len=256, kv_dtype="int8", **options)
+        # paged_decode off: its own decode path for int8 (test_paged_decode)
+        paths = {"paged_decode": False, "sparse_decode": False, "int8_attention": "always" if fused else "never"}
+        engine = engine_with(model, paths, max_seq_len=256, kv_dtype="int8", **options)
         calls = {"gather": 0, "fused": 0}
         gather, attend = engine.pool.gather, int8_attention.attend
 

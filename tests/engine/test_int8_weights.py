@@ -13,7 +13,7 @@ import torch
 from engine_helpers import ARCH, random_prompts, reference_logprobs
 from tempering.config import ConfigError, EngineConfig
 from tempering.engine import LLM, SamplingParams
-from tempering.engine.int8_weights import Int8Weights
+from tempering.engine.cpu.int8_weights import Int8Weights
 from tempering.models import build_model
 
 
@@ -58,7 +58,7 @@ def test_an_int8_layer_is_the_product_with_its_dequantized_weights(rows):
     4 x 4 tiles and a width off its vector length; and the rounding against float32's weights."""
     from torch import nn
 
-    from tempering.engine.int8_weights import Int8Linear
+    from tempering.engine.cpu.int8_weights import Int8Linear
 
     torch.manual_seed(rows)
     linear = nn.Linear(70, 37)
@@ -84,7 +84,7 @@ def test_each_build_of_the_kernel_gives_the_same_products(flags, tmp_path, monke
     import platform
 
     from engine_helpers import built_with
-    from tempering.engine import int8_weights
+    from tempering.engine.cpu import int8_weights
 
     if "avx" in flags and platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("-mno-avx2 is an x86 flag")

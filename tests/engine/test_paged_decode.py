@@ -2,6 +2,7 @@
 
 import os
 import platform
+from dataclasses import replace
 import signal
 import threading
 import time
@@ -10,11 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine_helpers import built_with, random_prompts, torch_threads
-from tempering.engine import LLM, SamplingParams, paged_decode, sampler
+from engine_helpers import built_with, engine_with, random_prompts, torch_threads
+from tempering.engine import LLM, SamplingParams
+from tempering.engine.cpu import paged_decode, sampler
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.plan import choose_plan
 
-pytestmark = pytest.mark.skipif(paged_decode._kernel() is None, reason="no C compiler built paged_decode.c")
+pytestmark = pytest.mark.skipif(not paged_decode.built(), reason="no C compiler built paged_decode.c")
 TOL = 1e-5  # the same fp32 keys and values; only the order of summation (and exp's polynomial) differs
 
 
@@ -221,13 +224,17 @@ def test_16_bit_pools_match_sdpa_over_the_widened_keys(dtype, kv_heads, rep, d):
     assert not torch.equal(pool.k[0].float(), _pool(kv_heads, d).k[0])  # the pool did round
 
 
-def test_which_cpu_pools_use_it(monkeypatch):
+def test_which_cpu_pools_use_it():
     for options in ({}, {"dtype": "int8"}, {"model_dtype": torch.bfloat16}, {"model_dtype": torch.float16}):
-        assert paged_decode.use(KVPool(1, 4, 4, 2, 16, **options))
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 8))  # head dims are multiples of 16
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 16, model_dtype=torch.float64))
-    monkeypatch.setattr(paged_decode, "ENABLED", False)
-    assert not paged_decode.use(KVPool(1, 4, 4, 2, 16))
+        pool = KVPool(1, 4, 4, 2, 16, **options)
+        assert paged_decode.misfit(pool) is None and choose_plan(pool).paged_decode
+    for pool, why in ((KVPool(1, 4, 4, 2, 8), "head dim 8 is not a multiple of 16"),
+                      (KVPool(1, 4, 4, 2, 16, model_dtype=torch.float64), "a float64 pool")):
+        assert paged_decode.misfit(pool) == why
+        plan = choose_plan(pool)
+        assert not plan.paged_decode and why in plan.describe()
+        with pytest.raises(ValueError, match=f"AttentionPlan.paged_decode: cannot run here: {why}"):
+            replace(plan, paged_decode=True).check(pool)
 
 
 def test_the_kernel_is_built_once_per_machine_and_cached(tmp_path, monkeypatch):
@@ -264,17 +271,19 @@ def test_both_vector_widths_match_sdpa(flags, tmp_path, monkeypatch):
 
 
 def test_without_a_compiler_the_engine_gathers_and_says_why(tmp_path, monkeypatch, model):
-    """A compiler that fails: one warning per kernel naming it, `use` is False, and the engine
-    still decodes (gather + SDPA, PyTorch's sampler) to the same tokens."""
+    """A compiler that fails: one warning per kernel naming it, the plan takes neither, and the
+    engine still decodes (gather + SDPA, PyTorch's sampler) to the same tokens."""
     prompts = random_prompts(3, 10, 40, seed=4)
     greedy = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
     expected = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
     # `false` exits 1 for anything
     with built_with([paged_decode._kernel, sampler._kernel], "", tmp_path, monkeypatch, compiler="false"):
         with pytest.warns(RuntimeWarning, match="false could not build paged_decode.c"):
-            assert not paged_decode.use(KVPool(1, 4, 4, 2, 16))
+            assert not paged_decode.built()
         with pytest.warns(RuntimeWarning, match="false could not build sampler.c: .*; sampling stays in PyTorch"):
-            got = [o.outputs[0].token_ids for o in LLM(model, max_seq_len=128).generate(prompts, greedy)]
+            engine = LLM(model, max_seq_len=128)
+        assert not engine.plan.paged_decode and not engine.plan.native_sampler
+        got = [o.outputs[0].token_ids for o in engine.generate(prompts, greedy)]
         assert got == expected
 
 
@@ -301,8 +310,9 @@ def test_the_engine_gives_the_same_tokens_and_logprobs_as_with_gather(model, mon
     runs, read, calls = {}, paged_decode.Reader.read, []
     monkeypatch.setattr(paged_decode.Reader, "read", lambda self, *a, **k: calls.append(a[1].shape) or read(self, *a, **k))
     for enabled in (True, False):
-        monkeypatch.setattr(paged_decode, "ENABLED", enabled)
-        engine = LLM(model, max_seq_len=256, **options)
+        paths = {} if enabled else {"paged_decode": False, "sparse_decode": False}
+        engine = engine_with(model, paths, max_seq_len=256, **options)
+        assert engine.plan.paged_decode == enabled
         runs[enabled] = [engine.generate(prompts, p) for p in params]
         if not options:
             assert engine.runner.shared_prefix_reads > 0  # the cascade path ran

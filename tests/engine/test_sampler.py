@@ -2,25 +2,32 @@
 top-p keep what they say, greedy rows take the argmax, draws follow the distribution. Every test
 runs on both paths: sampler.c's (untruncated float32 rows on the CPU) and PyTorch's."""
 
+import functools
+
 import pytest
 import torch
 
 from engine_helpers import built_with, torch_threads
 from tempering.engine import sampler
-from tempering.engine.sampler import sample
+from tempering.engine.cpu import sampler as cpu_sampler
 
 
-@pytest.fixture(autouse=True, params=["native", "torch"])
-def path(request, monkeypatch):
-    if request.param == "native" and sampler._kernel() is None:
+@pytest.fixture(params=["native", "torch"])
+def path(request):
+    if request.param == "native" and not cpu_sampler.built():
         pytest.skip("no C compiler built sampler.c")
-    monkeypatch.setattr(sampler, "NATIVE", request.param == "native")
     return request.param
+
+
+@pytest.fixture
+def sample(path):
+    """`sampler.sample` on the path under test."""
+    return functools.partial(sampler.sample, native=path == "native")
 
 LOGITS = torch.log(torch.tensor([0.05, 0.5, 0.15, 0.3]))  # token 1, then 3, then 2, then 0
 
 
-def draw(rows: int, temperature=1.0, top_p=1.0, top_k=0, logits=LOGITS):
+def draw(sample, rows: int, temperature=1.0, top_p=1.0, top_k=0, logits=LOGITS):
     torch.manual_seed(0)
     return sample(logits.expand(rows, -1).contiguous(), torch.full((rows,), temperature),
                   torch.full((rows,), top_p), torch.full((rows,), top_k, dtype=torch.long), [None] * rows)
@@ -30,29 +37,29 @@ def frequencies(tokens: torch.Tensor) -> list[float]:
     return (torch.bincount(tokens, minlength=len(LOGITS)) / len(tokens)).tolist()
 
 
-def test_logprobs_are_of_the_temperature_scaled_distribution_before_top_p_and_top_k():
-    tokens, logprobs = draw(64, temperature=0.7, top_p=0.6, top_k=2)
+def test_logprobs_are_of_the_temperature_scaled_distribution_before_top_p_and_top_k(sample):
+    tokens, logprobs = draw(sample, 64, temperature=0.7, top_p=0.6, top_k=2)
     expected = torch.log_softmax(LOGITS / 0.7, -1)[tokens]
     torch.testing.assert_close(logprobs, expected)
 
 
-def test_untruncated_draws_follow_the_distribution():
-    freq = frequencies(draw(20_000)[0])
+def test_untruncated_draws_follow_the_distribution(sample):
+    freq = frequencies(draw(sample, 20_000)[0])
     assert all(abs(f - p) < 0.02 for f, p in zip(freq, LOGITS.exp().tolist()))
 
 
-def test_top_k_keeps_the_k_likeliest_tokens():
-    assert set(draw(2_000, top_k=2)[0].tolist()) == {1, 3}
-    assert set(draw(200, top_k=1)[0].tolist()) == {1}
+def test_top_k_keeps_the_k_likeliest_tokens(sample):
+    assert set(draw(sample, 2_000, top_k=2)[0].tolist()) == {1, 3}
+    assert set(draw(sample, 200, top_k=1)[0].tolist()) == {1}
 
 
-def test_top_p_keeps_the_smallest_head_reaching_p_renormalised():
-    freq = frequencies(draw(20_000, top_p=0.75)[0])  # 0.5 + 0.3 reaches 0.75: tokens 1 and 3
+def test_top_p_keeps_the_smallest_head_reaching_p_renormalised(sample):
+    freq = frequencies(draw(sample, 20_000, top_p=0.75)[0])  # 0.5 + 0.3 reaches 0.75: tokens 1 and 3
     assert freq[0] == freq[2] == 0 and abs(freq[1] - 0.5 / 0.8) < 0.02
-    assert set(draw(200, top_p=0.4)[0].tolist()) == {1}
+    assert set(draw(sample, 200, top_p=0.4)[0].tolist()) == {1}
 
 
-def test_greedy_rows_take_the_argmax_next_to_sampled_rows():
+def test_greedy_rows_take_the_argmax_next_to_sampled_rows(sample):
     logits = torch.randn(64, 50)
     temperature = torch.tensor([0.0, 1.0] * 32)
     tokens, logprobs = sample(logits, temperature, torch.ones(64), torch.zeros(64, dtype=torch.long), [None] * 64)
@@ -62,18 +69,18 @@ def test_greedy_rows_take_the_argmax_next_to_sampled_rows():
     torch.testing.assert_close(logprobs, torch.log_softmax(scaled, -1).gather(1, tokens[:, None]).squeeze(1))
 
 
-def test_draws_over_many_chunks_and_a_partial_last_one_follow_the_distribution():
+def test_draws_over_many_chunks_and_a_partial_last_one_follow_the_distribution(sample):
     vocab = 1000  # 7 chunks of 128 tokens and one of 104
     probs = torch.zeros(vocab)
     probs[[3, 130, 511, 900, 999]] = torch.tensor([0.1, 0.2, 0.3, 0.15, 0.25])
-    tokens, logprobs = draw(20_000, logits=probs.log())
+    tokens, logprobs = draw(sample, 20_000, logits=probs.log())
     freq = torch.bincount(tokens, minlength=vocab) / len(tokens)
     assert set(tokens.tolist()) == {3, 130, 511, 900, 999}  # never a token of probability zero
     assert all(abs(freq[t] - probs[t]) < 0.02 for t in (3, 130, 511, 900, 999))
     torch.testing.assert_close(logprobs, probs.log()[tokens])
 
 
-def test_a_seeded_row_draws_the_same_token_whatever_else_is_in_the_batch():
+def test_a_seeded_row_draws_the_same_token_whatever_else_is_in_the_batch(sample):
     logits = torch.randn(5, 700)
     ones, zeros = torch.ones(5), torch.zeros(5, dtype=torch.long)
     alone = [sample(logits[i:i + 1], ones[:1], ones[:1], zeros[:1], [torch.Generator().manual_seed(7)])[0]
@@ -82,7 +89,7 @@ def test_a_seeded_row_draws_the_same_token_whatever_else_is_in_the_batch():
     assert together.tolist() == [int(t) for t in alone]
 
 
-def test_each_draw_is_the_inverse_cdf_of_its_seeded_uniform():
+def test_each_draw_is_the_inverse_cdf_of_its_seeded_uniform(sample):
     """Oracle: the token where the row's float64 cumulative mass first exceeds u times its total."""
     logits = torch.randn(32, 1000) * 4
     ones, zeros = torch.ones(32), torch.zeros(32, dtype=torch.long)
@@ -93,7 +100,7 @@ def test_each_draw_is_the_inverse_cdf_of_its_seeded_uniform():
     assert tokens.tolist() == expected.tolist()
 
 
-def test_untruncated_rows_at_a_temperature_have_its_logprobs():
+def test_untruncated_rows_at_a_temperature_have_its_logprobs(sample):
     logits = torch.randn(9, 300) * 3
     t = torch.tensor([0.5, 0.7, 1.0, 1.3, 2.0, 0.0, 0.9, 1.0, 0.25])
     tokens, logprobs = sample(logits, t, torch.ones(9), torch.zeros(9, dtype=torch.long), [None] * 9)
@@ -106,25 +113,24 @@ def test_both_paths_draw_the_same_tokens_from_the_same_seeds():
     """The C kernel against the PyTorch path at a real vocabulary size (16k, and one not a
     multiple of the chunk or vector width), seeded rows: the same tokens, logprobs to float32
     rounding."""
+    if not cpu_sampler.built():
+        pytest.skip("no C compiler built sampler.c")
     for vocab in (16384, 50_257):
         logits = torch.randn(16, vocab) * torch.tensor([3.0] * 12 + [30.0] * 4)[:, None]  # peaked rows too
         logits[3, ::2] = -torch.inf  # a masked vocabulary
         args = (torch.ones(16), torch.ones(16), torch.zeros(16, dtype=torch.long))
         runs = []
         for native in (True, False):
-            sampler.NATIVE = native
-            runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(16)]))
+            runs.append(sampler.sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(16)],
+                                       native=native))
         assert runs[0][0].tolist() == runs[1][0].tolist()
         assert bool((runs[0][0][3] % 2 == 1))
         torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
 
 
-@pytest.mark.parametrize("kernel", ["built", "not built"])
-def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it(kernel, monkeypatch):
-    """NaN or +inf logits, or a row of -inf, are a broken model's: no distribution to draw from
-    (also where the C kernel could not be built)."""
-    if kernel == "not built":
-        monkeypatch.setattr(sampler, "_kernel", lambda: None)
+def test_a_row_without_a_finite_largest_logit_is_an_error_naming_it(sample):
+    """NaN or +inf logits, or a row of -inf, are a broken model's: no distribution to draw from,
+    on either path."""
     args = (torch.ones(3), torch.ones(3), torch.zeros(3, dtype=torch.long), [None] * 3)
     for bad in (float("nan"), float("inf")):
         logits = torch.randn(3, 40)
@@ -145,21 +151,21 @@ def test_both_vector_widths_draw_as_the_torch_path(width, path, tmp_path, monkey
     of one."""
     if path == "torch":
         pytest.skip("builds the C kernel")
-    with built_with([sampler._kernel], f"-DW={width}", tmp_path, monkeypatch):
-        assert sampler._kernel() is not None
+    with built_with([cpu_sampler._kernel], f"-DW={width}", tmp_path, monkeypatch):
+        assert cpu_sampler._kernel() is not None
         for vocab in (5, 17, 1000, 16391):
             logits = torch.randn(8, vocab) * 4
             t = torch.tensor([1.0, 0.0, 0.5, 1.0, 2.0, 1.0, 0.0, 1.0])
             args = (t, torch.ones(8), torch.zeros(8, dtype=torch.long))
             runs = []
             for native in (True, False):
-                sampler.NATIVE = native
-                runs.append(sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(8)]))
+                runs.append(sampler.sample(logits, *args, [torch.Generator().manual_seed(i) for i in range(8)],
+                                           native=native))
             assert runs[0][0].tolist() == runs[1][0].tolist()
             torch.testing.assert_close(runs[0][1], runs[1][1], atol=2e-5, rtol=0)
 
 
-def test_runs_of_rows_on_threads_draw_what_one_thread_draws(path, monkeypatch):
+def test_runs_of_rows_on_threads_draw_what_one_thread_draws(sample, path, monkeypatch):
     """With more torch threads the C kernel's rows are split into runs on that many threads:
     every row drawn, the same tokens and logprobs as on one thread; an empty batch is no run."""
     if path == "torch":
@@ -168,14 +174,14 @@ def test_runs_of_rows_on_threads_draw_what_one_thread_draws(path, monkeypatch):
     args = (torch.ones(13), torch.zeros(13, dtype=torch.long))
     gens = lambda: [torch.Generator().manual_seed(i) for i in range(13)]  # noqa: E731
     one = sample(logits, t, *args, gens())
-    kernel, runs = sampler._kernel(), []
+    kernel, runs = cpu_sampler._kernel(), []
 
     def recorded(*a):
         runs.append(a[1])  # the run's rows
         return kernel(*a)
 
-    monkeypatch.setattr(sampler, "_kernel", lambda: recorded)
-    monkeypatch.setattr(sampler, "SPLIT_ELEMENTS", 1)
+    monkeypatch.setattr(cpu_sampler, "_kernel", lambda: recorded)
+    monkeypatch.setattr(cpu_sampler, "SPLIT_ELEMENTS", 1)
     with torch_threads(3):
         many = sample(logits, t, *args, gens())
         empty = sample(torch.empty(0, 300), torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.long), [])

@@ -3,6 +3,8 @@ dense engine is the oracle), in decode and chunked prefill, on all or some layer
 and prefix-cache hits; with few blocks selected each row reads only its sink, local and top-k
 blocks, and the top-k are the blocks whose keys match its query."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +12,7 @@ import torch.nn.functional as F
 from engine_helpers import ARCH, random_prompts, torch_threads
 from tempering.engine import LLM, SamplingParams
 from tempering.engine.kv_cache import KVPool
+from tempering.engine.plan import AttentionPlan, choose_plan
 from tempering.engine.sparse import SparseRows, SparseSpec, select
 
 SMALL_STEPS = {"max_batched_tokens": 32, "max_batch_size": 8}  # prompts prefill in chunks
@@ -66,15 +69,23 @@ def test_few_blocks_read_and_the_matching_block_chosen():
     assert sorted(select(spec, pool, 0, target.view(1, 1, 1, d), rows)[0, 0].tolist()) == [-1, 0, 1, 2]
 
 
+def _plan(pool: KVPool, path: str) -> AttentionPlan:
+    """The engine's plan for a sparse engine over `pool`, with the paths other than `path` off
+    ("kernel": the plan as chosen, C kernels where built)."""
+    plan = choose_plan(pool, sparse=True)
+    if path == "kernel":
+        return plan
+    return replace(plan, paged_decode=False, sparse_decode=False, flash_lse=plan.flash_lse and path != "concat",
+                   int8_attention="always" if path == "int8_attention" else "never")
+
+
 @pytest.mark.parametrize("path", ["kernel", "sdpa"])
-def test_each_kv_head_reads_the_blocks_that_match_its_own_queries(path, monkeypatch):
+def test_each_kv_head_reads_the_blocks_that_match_its_own_queries(path):
     """Two kv heads whose queries match keys in different blocks: with one block to choose, each
     head takes its own match (one choice shared by the heads would miss one of them), and each
     head's output is attention over exactly its own blocks' keys (oracle: SDPA per head)."""
-    from tempering.engine import paged_decode
     from tempering.engine.sparse import attend
 
-    monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
     bs, kvh, d, blocks = 4, 2, 16, 12
     pool = KVPool(layers=1, num_blocks=16, block_size=bs, kv_heads=kvh, head_dim=d, summaries=True)
     g = torch.Generator().manual_seed(4)
@@ -92,7 +103,7 @@ def test_each_kv_head_reads_the_blocks_that_match_its_own_queries(path, monkeypa
     spec = SparseSpec(topk=1, sinks=1, local=2)
     chosen = select(spec, pool, 0, q.view(1, 1, kvh, d), rows)
     assert [sorted(chosen[0, h].tolist()) for h in range(kvh)] == [[0, 3, 10, 11], [0, 7, 10, 11]]
-    got = attend(spec, pool, 0, q.view(kvh, 1, d), rows)[0, 0]  # [H, D]
+    got = attend(spec, pool, 0, q.view(kvh, 1, d), rows, _plan(pool, path))[0, 0]  # [H, D]
     for h, own in enumerate(([0, 3, 10, 11], [0, 7, 10, 11])):
         at = torch.cat([torch.arange(b * bs, (b + 1) * bs) for b in own])
         want = F.scaled_dot_product_attention(q[h].view(1, 1, d), keys[at, h][None], values[at, h][None])
@@ -163,20 +174,13 @@ PATHS = [("fp32", "kernel"), ("fp32", "sdpa"), ("fp32", "concat"), ("int8", "ker
 
 
 @pytest.mark.parametrize("kv_dtype,path", PATHS, ids=[f"{a}-{b}" for a, b in PATHS])
-def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_means(kv_dtype, path, monkeypatch):
+def test_unread_blocks_whose_keys_are_alike_are_attended_exactly_through_their_means(kv_dtype, path):
     """Oracle: dense attention. Keys equal within each group of `rest_group` blocks (values all
     different) make a group's mean key with its count's weight exact: the sparse rows, reading a
     few blocks and the rest as group means, then equal dense attention, for a decode row (its own
     table) and the query blocks of a prefill chunk (one shared table). Without the means they
     do not."""
-    from tempering.engine import int8_attention, paged_decode, partial_attention
-
-    if path == "concat":
-        monkeypatch.setattr(partial_attention, "FLASH_WITH_LSE", None)
-
-    monkeypatch.setattr(paged_decode, "ENABLED", path == "kernel")
-    monkeypatch.setattr(int8_attention, "MODE", "always" if path == "int8_attention" else "never")
-    _means_are_exact(kv_dtype, group=4, rest_group=4)
+    _means_are_exact(kv_dtype, group=4, rest_group=4, path=path)
 
 
 def test_groups_grow_to_keep_their_number_bounded(monkeypatch):
@@ -189,7 +193,7 @@ def test_groups_grow_to_keep_their_number_bounded(monkeypatch):
     _means_are_exact("fp32", group=4, rest_group=4, exact=False)
 
 
-def _means_are_exact(kv_dtype: str, group: int, rest_group: int, exact: bool = True) -> None:
+def _means_are_exact(kv_dtype: str, group: int, rest_group: int, exact: bool = True, path: str = "kernel") -> None:
     from tempering.engine.sparse import attend
 
     bs, kvh, heads, d, blocks = 4, 2, 4, 8, 26
@@ -222,7 +226,7 @@ def _means_are_exact(kv_dtype: str, group: int, rest_group: int, exact: bool = T
         want = dense(q[:, :len(at)].transpose(0, 1), at)  # [N, H, D]
         for means, equal in ((rest_group, exact), (0, False)):
             spec = SparseSpec(topk=2, sinks=1, local=2, rest_group=means)
-            got = attend(spec, pool, 0, q[:, :len(at)], rows)  # [R, Q, H, D]
+            got = attend(spec, pool, 0, q[:, :len(at)], rows, _plan(pool, path))  # [R, Q, H, D]
             got = got[rows.tokens >= 0]
             close = torch.allclose(got, want, atol=1e-5, rtol=1e-4)
             assert close == equal, (rows is decode, means, (got - want).abs().max())
@@ -311,10 +315,11 @@ def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeyp
     same slots and mask, and the queries' attention over the same group means (groups grown past
     MAX_GROUPS), on one thread or with its (row, kv head) pairs split over three; and `attend` through it (the paged kernel folding that attention into its own)
     gives the output of the PyTorch plan read by the same kernel and merged after."""
-    from tempering.engine import sparse, sparse_decode
+    from tempering.engine import sparse
+    from tempering.engine.cpu import sparse_decode
     from tempering.engine.sparse import _attend_rest, _reads, attend, rest
 
-    if not sparse_decode.use(KVPool(1, 1, 4, 1, 16, summaries=True)):
+    if not sparse_decode.built():
         pytest.skip("no C compiler here")
     monkeypatch.setattr(sparse, "MAX_GROUPS", 4)
     bs, kvh, heads, d, lengths = 4, 2, 4, 16, [3, 7, 13, 20]
@@ -350,7 +355,7 @@ def test_decode_rows_planned_in_c_read_what_the_pytorch_plan_reads(spec, monkeyp
         want_out, want_lse = _attend_rest(q[:, :, None], unread)
         torch.testing.assert_close(attended[0], want_out[:, :, 0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attended[1], want_lse[:, :, 0], atol=1e-5, rtol=1e-5)
-    monkeypatch.setattr(sparse_decode, "ENABLED", False)
-    want = attend(spec, pool, 0, q.transpose(0, 1), rows)
-    monkeypatch.setattr(sparse_decode, "ENABLED", True)
-    torch.testing.assert_close(attend(spec, pool, 0, q.transpose(0, 1), rows), want, atol=1e-6, rtol=1e-5)
+    plan = choose_plan(pool, sparse=True)
+    assert plan.sparse_decode
+    want = attend(spec, pool, 0, q.transpose(0, 1), rows, replace(plan, sparse_decode=False))
+    torch.testing.assert_close(attend(spec, pool, 0, q.transpose(0, 1), rows, plan), want, atol=1e-6, rtol=1e-5)

@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tempering.engine import native
+from tempering.engine.cpu import native
 from tempering.engine.kv_cache import KVPool
 
 SOURCE = Path(__file__).with_suffix(".c")
-ENABLED = True  # tests turn it off to compare with the PyTorch plan
 SPLIT_BLOCKS = 1 << 14  # (row, kv head) pairs x blocks under this stay on one thread: a hand-off costs ~50 us
 
 
@@ -40,11 +39,19 @@ def _kernel():
     return native.rows_function(SOURCE, "plan", _Args, "block-sparse decode plans in PyTorch (slower)")
 
 
-def use(pool: KVPool) -> bool:
-    """Whether decode rows over this pool can be planned here: a CPU pool with float32 block
-    summaries, the plan built, and `ENABLED`."""
-    return (ENABLED and pool.device.type == "cpu" and pool.summarised and pool.k_min[0].dtype == torch.float32
-            and _kernel() is not None)
+def misfit(pool: KVPool) -> str | None:
+    """Why decode rows over this pool cannot be planned here, or None where they can: a CPU pool
+    with float32 block summaries (the kernel aside: `built`)."""
+    if pool.device.type != "cpu":
+        return f"a {pool.device.type} pool"
+    if not pool.summarised or pool.k_min[0].dtype != torch.float32:
+        return "no float32 block summaries"
+    return None
+
+
+def built() -> bool:
+    """Whether the plan's kernel is built here (built on the first call; one warning where it cannot be)."""
+    return _kernel() is not None
 
 
 def plan(spec, pool: KVPool, layer: int, q: torch.Tensor, tables: torch.Tensor, num_blocks: torch.Tensor,

@@ -21,10 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tempering.engine import native
+from tempering.engine.cpu import native
 from tempering.engine.kv_cache import KVPool
 
-ENABLED = True  # tests turn it off to compare with gather + SDPA
 SPLIT_KEYS = 4096  # a read of fewer keys (rows x keys) stays on one thread: a hand-off costs ~50 us
 SOURCE = Path(__file__).with_suffix(".c")
 _DTYPES = {torch.float32: 0, torch.bfloat16: 2, torch.float16: 3}  # paged_decode.c's; int8 pools: 1
@@ -44,11 +43,19 @@ def _kernel():
     return native.rows_function(SOURCE, "decode", _Args, "decode attention gathers instead (slower)")
 
 
-def use(pool: KVPool) -> bool:
-    """Whether decode reads of this pool go through `attend`: a float32, bfloat16, float16 or int8
-    pool on the CPU, a head dim that is a multiple of 16, the kernel built, and `ENABLED`."""
-    return (ENABLED and pool.device.type == "cpu" and (pool.quantized or pool.store_dtype in _DTYPES)
-            and pool.head_dim % 16 == 0 and _kernel() is not None)
+def misfit(pool: KVPool) -> str | None:
+    """Why `attend` cannot read this pool, or None where it can: a float32, bfloat16, float16 or
+    int8 pool on the CPU with a head dim that is a multiple of 16 (the kernel aside: `built`)."""
+    if pool.device.type != "cpu":
+        return f"a {pool.device.type} pool"
+    if not (pool.quantized or pool.store_dtype in _DTYPES):
+        return f"a {str(pool.store_dtype).removeprefix('torch.')} pool"
+    return None if pool.head_dim % 16 == 0 else f"head dim {pool.head_dim} is not a multiple of 16"
+
+
+def built() -> bool:
+    """Whether the kernel is built here (built on the first call; one warning where it cannot be)."""
+    return _kernel() is not None
 
 
 def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor, mask: torch.Tensor,
@@ -57,7 +64,8 @@ def attend(pool: KVPool, layer: int, q: torch.Tensor, index: torch.Tensor, mask:
     bool (True = attend; each row attends to at least one key) -> the output [R, KVH, rep, D]
     and the log-sum-exp of the scaled scores [R, KVH, rep], float32. With `prior` (an output and
     log-sum-exp of the same shapes, over other keys; -inf where none), the attention over both
-    sets of keys, as `partial_attention.merge` of the two would give. Only where `use(pool)`."""
+    sets of keys, as `partial_attention.merge` of the two would give. Only where the pool fits
+    (`misfit` is None) and the kernel is `built`."""
     return Reader(pool, index, mask).read(layer, q, prior=prior)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tempering.engine import native
+from tempering.engine.cpu import native
 from tempering.models import Decoder
 
 SOURCE = Path(__file__).with_name("int8_linear.c")
