@@ -26,7 +26,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Regex, Tokenizer as HFTokenizer, decoders, models, pre_tokenizers
 
 from tempering.errors import UserError
-from tempering.records import Message
+from tempering.records import Message, ToolCall
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 
@@ -47,6 +47,7 @@ class Tokenizer:
         self.add_eos_token = suffix[:1] == [self.eos_id]
         self.chat_template = chat_template
         self._compiled: tuple[str, jinja2.Template] | None = None  # (source, template)
+        self._tools_rendered: tuple[str, bool] | None = None  # (source, whether it prints `tools`)
         self._special: frozenset[int] | None = None
 
     def __getstate__(self) -> dict:
@@ -97,7 +98,11 @@ class Tokenizer:
 
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool,
                     tools: list[dict] | None = None) -> str:
-        """The chat template over `messages` (it must have one)."""
+        """The chat template over `messages` (it must have one). A template that does not print
+        `tools` (SmolLM2's, plain ChatML) gets them in the system turn, in the hermes form the
+        tool parser reads, so a model can call them whatever its template knows."""
+        if tools and not self._renders_tools():
+            messages, tools = with_tool_schemas(messages, tools), None
         return self._template().render(
             messages=[_message_dict(m) for m in messages], tools=tools,
             add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "", eos_token=self.eos_token,
@@ -116,6 +121,14 @@ class Tokenizer:
             self._compiled = (self.chat_template, env.from_string(self.chat_template))
         return self._compiled[1]
 
+    def _renders_tools(self) -> bool:
+        if self._tools_rendered is None or self._tools_rendered[0] != self.chat_template:
+            probe, tool = [_message_dict(Message("user", "u"))], [{"type": "function", "function": {"name": "probe_fn"}}]
+            args = {"add_generation_prompt": True, "bos_token": self.bos_token or "", "eos_token": self.eos_token}
+            rendered = self._template().render(messages=probe, tools=tool, **args)
+            self._tools_rendered = (self.chat_template, rendered != self._template().render(messages=probe, tools=None, **args))
+        return self._tools_rendered[1]
+
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -132,6 +145,26 @@ class Tokenizer:
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
         if self.chat_template:  # where transformers 5 writes and reads it, first
             (folder / "chat_template.jinja").write_text(self.chat_template, encoding="utf-8")
+
+
+def with_tool_schemas(messages: Sequence[Message], tools: list[dict]) -> list[Message]:
+    """`messages` with the tools' JSON schemas and how to call them in the system turn (added
+    first, or appended to the one there is): the hermes form, a JSON object in <tool_call> tags."""
+    schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    block = ("You can call functions to help with the task. Their JSON schemas:\n<tools>\n"
+             f"{schemas}\n</tools>\nTo call one, write its name and arguments as a JSON object between "
+             'tags, one call per pair of tags:\n<tool_call>\n{"name": "the function", "arguments": '
+             "{...}}\n</tool_call>")
+    # Such a template does not print an assistant turn's tool calls either: they go in its text.
+    out = [Message(m.role, m.content + "".join(_call_text(c) for c in m.tool_calls), (), m.tool_call_id)
+           for m in messages]
+    if out and out[0].role == "system":
+        return [Message("system", f"{out[0].content}\n\n{block}"), *out[1:]]
+    return [Message("system", block), *out]
+
+
+def _call_text(call: ToolCall) -> str:
+    return "\n<tool_call>\n" + json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False) + "\n</tool_call>"
 
 
 def _message_dict(m: Message) -> dict:
