@@ -113,7 +113,7 @@ def markdown(text: str) -> str:
 
 
 def section(name: str, cls: type) -> tuple[list[str], list[tuple[str, type]]]:
-    """The page's lines for one section, and its tables of sub-sections (`dict[str, Dataclass]`)."""
+    """The page's lines for one section, and its sub-sections (a section's own, `dict[str, Dataclass]`'s)."""
     lines = [f"## `[{name}]`", ""]
     if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):  # not dataclass's own
         lines += [markdown(" ".join(inspect.cleandoc(cls.__doc__).split())), ""]
@@ -126,6 +126,9 @@ def section(name: str, cls: type) -> tuple[list[str], list[tuple[str, type]]]:
     nested = []
     for f in fields:
         tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):  # a sub-section (`[trainer.parallelize]`): its own table
+            nested.append((f"{name}.{f.name}", tp))
+            continue
         inner = typing.get_args(tp)[1] if typing.get_origin(tp) is dict else None
         if inner is not None and dataclasses.is_dataclass(inner):
             nested.append((f"{name}.{f.name}.<name>", inner))

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 # the checks and the reward sections live in their own modules; their names are the tree's
 from tempering.config.checks import NONBLANK, ConfigError, Each, Holds, Match, Range, _require, check_fields  # noqa: F401
 from tempering.config.reward import JudgeConfig, RewardConfig, RewardModelConfig  # noqa: F401
+from tempering.config.parallelize import ParallelizeConfig  # noqa: F401
 from tempering.config.serve import ServeConfig, TenantConfig  # noqa: F401
 from tempering.sandbox_paths import RO_PATH_RESERVED, within
 
@@ -350,6 +351,8 @@ class TrainerConfig:
     lora_targets: Annotated[tuple[LoraTarget, ...], Holds(len, "at least one")] = (
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     min_lr_ratio: Annotated[float, Range(ge=0, le=1)] = 0.1  # where cosine ends, as a fraction of lr
+    # the layout of runtime.trainer_ranks > 1 (FSDP2 over all of them by default)
+    parallelize: ParallelizeConfig = field(default_factory=ParallelizeConfig)
 
     def __post_init__(self) -> None:
         check_fields(self, "trainer")

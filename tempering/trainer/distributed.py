@@ -35,23 +35,25 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_model_state_dict, set_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
-from torch.distributed.device_mesh import init_device_mesh
 
-from tempering.config import AlgorithmConfig, TrainerConfig
+from tempering.config import AlgorithmConfig, ParallelizeConfig, TrainerConfig
 from tempering.models import Decoder, save_hf
 from tempering.records import Batch
 from tempering.tokenizer import Tokenizer
 from tempering.trainer.checkpoint import point_latest
+from tempering.trainer.mesh import build_mesh, device_type, mesh_shape
 from tempering.trainer.parallelize import Ranks, mixed_precision
 from tempering.trainer.step import StepStats, Trainer
 
 
 def init_ranks(backend: str | None = None, address: str | None = None, rank: int | None = None,
-               world: int | None = None, timeout_s: float = 600.0) -> Ranks:
+               world: int | None = None, timeout_s: float = 600.0,
+               parallelize: ParallelizeConfig = ParallelizeConfig()) -> Ranks:
     """Join the group: from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, or `address`
-    ("host:port") with `rank` and `world`. NCCL on CUDA (the device is LOCAL_RANK's), else gloo.
-    A collective that waits longer than `timeout_s` fails instead of hanging."""
-    cuda = torch.cuda.is_available() and backend != "gloo"
+    ("host:port") with `rank` and `world`, and lay it out as `parallelize` says (`mesh`). NCCL
+    on CUDA (the device is LOCAL_RANK's; `parallelize.device`), gloo on CPU or when `backend`
+    says so. A collective that waits longer than `timeout_s` fails instead of hanging."""
+    cuda = backend != "gloo" and device_type(parallelize) == "cuda"
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -59,8 +61,8 @@ def init_ranks(backend: str | None = None, address: str | None = None, rank: int
     dist.init_process_group(backend or ("nccl" if cuda else "gloo"), init_method=init,
                             rank=-1 if rank is None else rank, world_size=-1 if world is None else world,
                             timeout=timedelta(seconds=timeout_s), device_id=device if cuda else None)
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    return Ranks(mesh, mixed_precision(device))
+    shape = mesh_shape(parallelize, dist.get_world_size())
+    return Ranks(build_mesh(shape, device.type), mixed_precision(device), shape)
 
 
 def sharded_trainer(model: Decoder, ranks: Ranks, cfg: TrainerConfig, algo: AlgorithmConfig | None = None,

@@ -1,4 +1,5 @@
-"""`TrainerGroup`: the RL trainer as `world` processes (FSDP2), led by the calling process.
+"""`TrainerGroup`: the RL trainer as `world` processes (FSDP2, tensor parallel: `trainer.parallelize`),
+led by the calling process.
 
 Rank 0 keeps the run's loop and the plain, full policy (what is published and checkpointed) and
 trains its shard; ranks 1.. are workers of the run's runtime (local processes or Ray actors) that
@@ -30,6 +31,7 @@ from tempering.models import Arch, Decoder
 from tempering.records import Batch
 from tempering.runtime import LocalRuntime, Resources, WorkerFailed
 from tempering.trainer.distributed import init_ranks, read_shards, write_shards
+from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.parallelize import Ranks
 from tempering.trainer.step import StepStats, Trainer
 
@@ -46,6 +48,7 @@ class TrainerGroup:
         one CPU); `timeout_s` bounds their placement and every collective."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
+        mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
         self.model, self.world = model, world
         runtime = runtime if runtime is not None else LocalRuntime()
         spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,
@@ -61,7 +64,8 @@ class TrainerGroup:
         try:
             # where each rank runs (a node id on Ray); one not placed in time is named with its request
             self.nodes = {w.name: w.started(timeout_s) for w in self._followers}
-            self.ranks = init_ranks(address=address, rank=0, world=world, timeout_s=timeout_s)
+            self.ranks = init_ranks(address=address, rank=0, world=world, timeout_s=timeout_s,
+                                    parallelize=trainer.cfg.parallelize)
         except BaseException:
             for w in self._followers:
                 w.join(0)
@@ -194,7 +198,8 @@ def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Any, stat
     torch.set_num_threads(spec.threads)
     if leader is not None:
         threading.Thread(target=_watch, args=(leader,), daemon=True).start()
-    ranks = init_ranks(address=address, rank=rank, world=world, timeout_s=spec.timeout_s)
+    ranks = init_ranks(address=address, rank=rank, world=world, timeout_s=spec.timeout_s,
+                       parallelize=spec.cfg.parallelize)
     who = f"trainer rank {rank}"
     trainer = _sharded(spec, ranks, weights.get(spec.timeout_s, who), state.get(spec.timeout_s, who))
     del weights, state

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from tempering.trainer.vocab_parallel import is_vocab_parallel, vocab_parallel_logprobs
+
 # Elements of one chunk's fp32 logits. On a CPU small chunks are also the fast ones: the head's
 # forward and backward at vocab 32k, 592 tokens, hidden 128, one thread took 0.42 s in 2-4M-element
 # chunks against 0.59 s in one 19M-element chunk and 0.90 s as one plain log-softmax (buffers that
@@ -45,6 +47,8 @@ def head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Ten
     if hidden.dim() != 2 or targets.shape != hidden.shape[:1] or weight.shape[1] != hidden.shape[1]:
         raise ValueError(f"head_logprobs: hidden [M, H], weight [V, H], targets [M]; got {tuple(hidden.shape)}, "
                          f"{tuple(weight.shape)}, {tuple(targets.shape)}")
+    if is_vocab_parallel(weight):  # a head split by vocabulary over tensor-parallel ranks
+        return vocab_parallel_logprobs(hidden, weight, targets, temperature, with_entropy)
     chunk = chunk_tokens(weight.shape[0], hidden.device) if chunk is None else chunk
     if chunk < 1:
         raise ValueError(f"head_logprobs: chunk must be >= 1, got {chunk}")

@@ -277,7 +277,10 @@ class Trainer:
         """Clip, step and clear the policy (and the critic, when there is one); the LR schedule
         steps once per batch, apart. -> grad norms"""
         trained = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, self.cfg.grad_clip))
+        if self.ranks is not None:  # gradients sharded over mesh dimensions of their own
+            grad_norm = self.ranks.clip_grad_norm(trained, self.cfg.grad_clip)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(trained, self.cfg.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         value_grad_norm = math.nan

@@ -23,7 +23,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tempering.buffer import pack
-from tempering.config import AlgorithmConfig, TrainerConfig
+from tempering.config import AlgorithmConfig, ParallelizeConfig, TrainerConfig
 from tempering.models import Arch, build_model
 from tempering.records import Trajectory
 from tempering.trainer import Trainer
@@ -65,14 +65,15 @@ BATCHES = [rl_batch(seed) for seed in range(STEPS)]
 
 # ---- what each rank runs (module-level: spawned processes import it by name) ----
 
-def _rank_main(work, rank: int, world: int, port: int, out: Path) -> None:
+def _rank_main(work, rank: int, world: int, port: int, out: Path, parallelize: ParallelizeConfig) -> None:
     import torch.distributed as dist
 
     from tempering.trainer.distributed import init_ranks
 
     torch.set_num_threads(1)
     try:
-        ranks = init_ranks(backend="gloo", address=f"127.0.0.1:{port}", rank=rank, world=world, timeout_s=60)
+        ranks = init_ranks(backend="gloo", address=f"127.0.0.1:{port}", rank=rank, world=world, timeout_s=60,
+                           parallelize=parallelize)
         work(ranks, out)
     except BaseException:
         (out / f"rank{rank}.err").write_text(traceback.format_exc())
@@ -128,10 +129,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawn(work, out: Path, world: int = 2) -> None:
+def _spawn(work, out: Path, world: int = 2, parallelize: ParallelizeConfig = ParallelizeConfig()) -> None:
+    """`work(ranks, out)` on `world` spawned ranks laid out as `parallelize`; a rank's error fails the test."""
     ctx = mp.get_context("spawn")
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(work, rank, world, port, out)) for rank in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(work, rank, world, port, out, parallelize)) for rank in range(world)]
     for p in procs:
         p.start()
     end = time.monotonic() + DEADLINE_S
