@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 import torch
 
+from tempering.sandbox_paths import WORKSPACE
+
 
 @dataclass(frozen=True)
 class Message:
@@ -48,7 +50,7 @@ class Environment:
     inline files (workdir-relative name -> text); `folder` a Harbor-format task folder whose
     environment is interpreted at set-up. The workspace appears at `workdir` in the sandbox."""
 
-    workdir: str = "/workspace"
+    workdir: str = WORKSPACE
     files: tuple[tuple[str, str], ...] = ()
     folder: str = ""
 

@@ -19,6 +19,7 @@ from typing import Any
 from tempering.records import Task
 from tempering.rollout.group_key import GroupKey
 from tempering.sandbox import Sandbox
+from tempering.sandbox_paths import WORKSPACE
 from tempering.tasks import get_domain
 from tempering.tasks.host import ToolHost, WorkspaceHost
 
@@ -41,7 +42,7 @@ class Environments:
             return [domain.open_host(task) for _ in range(n)]
         if "run" not in task.tools and (env is None or not env.folder):
             files = {name: text.encode() for name, text in (env.files if env else ())}
-            return [WorkspaceHost(files, env.workdir if env else "/workspace") for _ in range(n)]
+            return [WorkspaceHost(files, env.workdir if env else WORKSPACE) for _ in range(n)]
         if self.sandbox is None:
             raise RuntimeError(f"task {task.id} runs commands but no sandbox was started (its domain must say "
                                "sandbox=True)")
@@ -52,7 +53,7 @@ class Environments:
             spec = self._harbor(env.folder)
         else:
             files = {name: text.encode() for name, text in (env.files if env else ())}
-            spec = SessionSpec(workdir=env.workdir if env else "/workspace", workspace=Workspace.from_files(files))
+            spec = SessionSpec(workdir=env.workdir if env else WORKSPACE, workspace=Workspace.from_files(files))
         b = task.budget
         return [self.sandbox.open_session(dataclasses.replace(
                     spec, cpu_s=b.cpu_s, wall_s=b.wall_s, max_commands=8 * b.max_turns,

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tempering.sandbox import guest
+from tempering.sandbox_paths import WORKSPACE
 
 GUEST_ROOT = "/opt/tempering"  # the staged guest package appears here inside the sandbox
 TOOLCHAIN_MOUNT = "/opt/toolchain"  # where a session sees the toolchain (`toolchain`)
@@ -37,7 +38,7 @@ _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf",
         "protocols", "services", "mime.types", "ssl/certs", "ssl/openssl.cnf")
 _PASSWD = (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
-           f"sandbox:x:{GUEST_UID}:{GUEST_UID}:sandbox:/workspace:/bin/sh\n"
+           f"sandbox:x:{GUEST_UID}:{GUEST_UID}:sandbox:{WORKSPACE}:/bin/sh\n"
            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
 _GROUP = f"root:x:0:\nsandbox:x:{GUEST_UID}:\nnogroup:x:65534:\n"
 _HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
@@ -127,6 +128,6 @@ def command(bwrap: str, staging: Staging, guest_python: str, ro_paths: tuple[str
     if late and layers:
         argv += ["--ro-bind", layers, LAYERS]
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-             "--dir", "/workspace", "--dir", "/tmp", *(["--dir", NEWROOT] if late else []), "--remount-ro", "/",
+             "--dir", WORKSPACE, "--dir", "/tmp", *(["--dir", NEWROOT] if late else []), "--remount-ro", "/",
              guest_python, "-I", "-S", "-B", "-c", _ZYGOTE_MAIN, "{fd}", str(disk_mb), *(["late"] if late else [])]
     return argv

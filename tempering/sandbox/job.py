@@ -27,8 +27,9 @@ from tempering.sandbox.guest import wire
 from tempering.sandbox.output import STDERR, STDOUT, Capture
 from tempering.sandbox.request import DEFAULT_WORKDIR, Abort, ExecRequest, exit_reason
 from tempering.sandbox.zygote import Prepared
+from tempering.sandbox_paths import WORKSPACE
 
-BASE_ENV = {"PATH": PATH, "HOME": "/workspace", "TMPDIR": "/tmp", "LANG": LOCALE, "USER": "sandbox",
+BASE_ENV = {"PATH": PATH, "HOME": WORKSPACE, "TMPDIR": "/tmp", "LANG": LOCALE, "USER": "sandbox",
             "PYTHONDONTWRITEBYTECODE": "1"}
 _CHUNK = 65536
 

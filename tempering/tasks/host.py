@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol
 
 from tempering.records import Budget, ExecResult
+from tempering.sandbox_paths import WORKSPACE
 
 
 class ToolHost(Protocol):
@@ -37,7 +38,7 @@ class WorkspaceHost:
     """An episode's files with no sandbox behind them: `read`, `write` and `edit` work, `run`
     is refused. For domains whose tools only read and write (no code runs, no sandbox starts)."""
 
-    def __init__(self, files: Mapping[str, bytes], workdir: str = "/workspace"):
+    def __init__(self, files: Mapping[str, bytes], workdir: str = WORKSPACE):
         self.files, self.workdir = dict(files), workdir
 
     def read_file(self, path: str) -> bytes | None:
