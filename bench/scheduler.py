@@ -52,7 +52,8 @@ from dataclasses import dataclass
 
 from tempering.config import SchedulerConfig, TasksConfig
 from tempering.records import Task
-from tempering.scheduler.global_ import GlobalScheduler, GroupReport
+from tempering.scheduler.global_ import GlobalScheduler
+from tempering.scheduler.orders import GroupReport
 from tempering.scheduler.local import Job, LocalScheduler
 from tempering.tasks.answers import exact_answer
 from tempering.tasks.domain import Domain
@@ -136,7 +137,7 @@ class Tempering(Policy):
 
     def orders(self) -> list[tuple[tuple[int, int], str]]:
         t = time.perf_counter()
-        orders = self.gs.admit(self.gs.next_batch)
+        orders = self.gs.admit(self.gs.admission.next_batch)
         self.tick("admit", t)
         return [((o.id, o.batch), o.task.domain) for o in orders]
 
@@ -148,7 +149,7 @@ class Tempering(Policy):
         t = time.perf_counter()
         self.gs.complete(GroupReport(order, g.tokens, g.sandbox_s, g.outcomes, g.outcomes))
         self.done[batch] += 1
-        finished = self.done[batch] == self.gs.groups_per_batch
+        finished = self.done[batch] == self.gs.admission.groups_per_batch
         if finished:
             del self.done[batch]
             self.gs.consumed(batch)

@@ -446,7 +446,7 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
         # per domain: target and achieved share, adaptive weight, level, pass rate and learning
         # signal over the last scheduler.window groups; the sandbox node's queue and waits
         "scheduler": rollout.scheduler,
-        **({"sandbox_queue": rollout.node} if rollout.node else {}),
+        **({"sandbox_queue": dataclasses.asdict(rollout.node)} if rollout.node else {}),
         **(dataclasses.asdict(stats) if stats else {"skipped": 1}),
         "tokens_per_s": rollout.generated_tokens / max(rollout.seconds, 1e-9),
         **episode_record(rollout.groups),

@@ -29,13 +29,13 @@ def run(tmp_path):
 
 
 def _replicas_of(service, batch):
-    return {o.replica for o in service.scheduler.inflight.values() if o.batch == batch}
+    return {o.replica for o in service.scheduler.placement.inflight.values() if o.batch == batch}
 
 
 def test_groups_spread_over_every_replica_and_all_come_back(run):
     with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, LocalRuntime(), replicas=2) as service:
         assert set(service.replicas.live) == {"rollout-0", "rollout-1"}
-        assert set(run.scheduler.replicas) == {"rollout-0", "rollout-1"}
+        assert set(run.scheduler.placement.replicas) == {"rollout-0", "rollout-1"}
         placed = _replicas_of(service, 0)
         assert placed == {"rollout-0", "rollout-1"}  # the least-loaded replica takes each next group
         batch = service.next_batch(None)
@@ -56,10 +56,10 @@ def test_a_replica_that_dies_mid_run_hands_its_groups_to_the_other(run):
         version, held = 0, []
         while not held and version < 4:
             os.kill(pid, signal.SIGSTOP)
-            before = set(run.scheduler.inflight)
+            before = set(run.scheduler.placement.inflight)
             version += 1
             service.publish(run.model, version)  # admits the next groups
-            placed = {o.id for o in run.scheduler.inflight.values() if o.replica == "rollout-1"}
+            placed = {o.id for o in run.scheduler.placement.inflight.values() if o.replica == "rollout-1"}
             held = sorted(placed - before)
             if not held:
                 os.kill(pid, signal.SIGCONT)
@@ -84,8 +84,8 @@ def test_a_replica_that_dies_mid_run_hands_its_groups_to_the_other(run):
     # the groups placed on it while frozen ran again elsewhere (one placed before the freeze may
     # have been finished and sent: it is filed, not re-placed)
     assert report["requeued_groups"] >= len(held)
-    assert set(run.scheduler.replicas) == {"rollout-0"} and not any(
-        o.replica == "rollout-1" for o in run.scheduler.inflight.values())
+    assert set(run.scheduler.placement.replicas) == {"rollout-0"} and not any(
+        o.replica == "rollout-1" for o in run.scheduler.placement.inflight.values())
 
 
 def test_when_the_last_replica_dies_the_run_fails_naming_it(run):
@@ -103,12 +103,12 @@ def test_a_replica_added_while_running_takes_groups_from_the_next_admission(run)
     with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, LocalRuntime(), replicas=1) as service:
         batches = [service.next_batch(None)]
         assert service.add_replica() == "rollout-1"
-        assert set(run.scheduler.replicas) == {"rollout-0", "rollout-1"}
+        assert set(run.scheduler.placement.replicas) == {"rollout-0", "rollout-1"}
         # batch 2 may have been admitted before the replica came; batch 3 is admitted after it
         placed = set()
         for version in (1, 2, 3):
             service.publish(run.model, version)
-            placed |= {o.replica for o in run.scheduler.inflight.values() if o.batch >= 2}
+            placed |= {o.replica for o in run.scheduler.placement.inflight.values() if o.batch >= 2}
             batches.append(service.next_batch(None))
         assert placed == {"rollout-0", "rollout-1"}
         nodes = service.report()["nodes"]
@@ -132,7 +132,7 @@ def test_below_max_replicas_one_more_starts_when_the_runtime_has_room(run, monke
         placed = set()
         for version in (1, 2, 3):
             service.publish(run.model, version)
-            placed |= {o.replica for o in run.scheduler.inflight.values() if o.batch >= 2}
+            placed |= {o.replica for o in run.scheduler.placement.inflight.values() if o.batch >= 2}
             batches.append(service.next_batch(None))
         assert set(service.replicas.live) == {"rollout-0", "rollout-1"}  # room left, but at the maximum
         assert placed == {"rollout-0", "rollout-1"}
@@ -168,13 +168,13 @@ def test_a_replica_started_for_room_takes_groups_only_once_it_runs_and_nothing_w
             batches.append(service.next_batch(None))
             service.publish(run.model, version)
         assert set(service.replicas.placing) == {"rollout-1"} and set(service.replicas.live) == {"rollout-0"}
-        assert set(run.scheduler.replicas) == {"rollout-0"}  # no group is placed on it meanwhile
+        assert set(run.scheduler.placement.replicas) == {"rollout-0"}  # no group is placed on it meanwhile
         placed[0] = True  # its process is up
         taken = set()
         for version in (3, 4):
             batches.append(service.next_batch(None))
             service.publish(run.model, version)
-            taken |= {o.replica for o in run.scheduler.inflight.values()}
+            taken |= {o.replica for o in run.scheduler.placement.inflight.values()}
         assert set(service.replicas.live) == {"rollout-0", "rollout-1"} and not service.replicas.placing
         assert taken == {"rollout-0", "rollout-1"}
     assert [len(b.groups) for b in batches] == [6, 6, 6, 6]

@@ -55,8 +55,13 @@ class Graders:
         except BaseException:
             self.close()
             raise
-        self.seconds: Counter = Counter()  # per component: wall time of its calls, summed
+        self.seconds: Counter = Counter()  # per component: wall time of its calls, summed since `take_seconds`
         self._lock = threading.Lock()
+
+    def take_seconds(self) -> dict[str, float]:
+        with self._lock:
+            taken, self.seconds = self.seconds, Counter()
+        return {name: float(taken[name]) for name in sorted({n for names in self.plan.values() for n in names})}
 
     def components(self, domain: str) -> list[str]:
         return self.plan.get(domain, [])

@@ -56,10 +56,10 @@ class RewardService:
         self.graders = Graders(cfg) if cfg.scorers else None
         self._grading = cf.ThreadPoolExecutor(4, thread_name_prefix="graders") if self.graders else None
 
-    def seconds(self) -> dict[str, float]:
-        """Wall seconds each grader component has spent on the samples scored so far (summed over
-        calls, which overlap the verifiers and each other)."""
-        return dict(self.graders.seconds) if self.graders else {}
+    def take_seconds(self) -> dict[str, float]:
+        """Wall seconds each grader component spent since the previous call (summed over calls,
+        which overlap the verifiers and each other)."""
+        return self.graders.take_seconds() if self.graders else {}
 
     def score(self, items: Sequence[Submission]) -> list[Reward]:
         """The reward of each submitted sample, in order."""

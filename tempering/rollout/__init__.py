@@ -5,7 +5,8 @@ on it, which sends it what the global scheduler admits and files groups into bat
 
 from tempering.rollout.episode import Episode
 from tempering.rollout.runner import EpisodeRunner
-from tempering.rollout.service import RolloutBatch, RolloutService
+from tempering.rollout.assembler import RolloutBatch
+from tempering.rollout.service import RolloutService
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
 
 __all__ = ["Episode", "EpisodeRunner", "RolloutService", "RolloutBatch", "RolloutSpec", "EvalRequest", "GroupDone"]

@@ -25,7 +25,7 @@ from tempering.models import Decoder
 from tempering.rollout.inbox import Inbox
 from tempering.rollout.worker import RolloutSpec, run_rollout_worker
 from tempering.runtime import Resources, WorkerFailed
-from tempering.scheduler.global_ import NodePolicy
+from tempering.scheduler.orders import NodePolicy
 from tempering.weights import BlobPublisher, WeightStore
 
 CHECK_REMOTE_S = 0.02  # a remote worker's looks at its stop event and orders while busy (each ~1 ms)

@@ -72,8 +72,10 @@ class EpisodeRunner:
         self._feeding = 0  # openings and tool calls in flight: what the next engine step may wait for
         self._started = 0  # groups started so far (their `seq`)
         # Where the time goes, summed: engine steps (wall, in the polling thread) and the
-        # threads' work (opening workspaces, tool calls, scoring), which overlaps them.
-        self.seconds = {"generate": 0.0, "open": 0.0, "tools": 0.0, "score": 0.0}
+        # threads' work (opening workspaces, tool calls, scoring), which overlaps them; since
+        # the start, and since the last `take_seconds`.
+        self.seconds = dict.fromkeys(_PHASES, 0.0)
+        self._since = dict.fromkeys(_PHASES, 0.0)
         self._lock = threading.Lock()
         arch, cfg = engine.model.arch, engine.cfg
         # Positions past the model's trained context are garbage; a sliding window lifts that bound.
@@ -89,6 +91,17 @@ class EpisodeRunner:
         envs = Environments(sandbox)
         return cls(engine, tokenizer, reward, fmt.parse, fmt.renderer, envs.open, envs.close, workers, lockstep,
                    settle_s)
+
+    def take_seconds(self) -> dict[str, float]:
+        """The seconds of each phase since the previous call."""
+        with self._lock:
+            since, self._since = self._since, dict.fromkeys(_PHASES, 0.0)
+        return since
+
+    def _add(self, phase: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[phase] += seconds
+            self._since[phase] += seconds
 
     @property
     def busy(self) -> bool:
@@ -131,7 +144,7 @@ class EpisodeRunner:
         if self.engine.has_unfinished():
             start = time.perf_counter()
             outputs = self.engine.step()
-            self.seconds["generate"] += time.perf_counter() - start
+            self._add("generate", time.perf_counter() - start)
             for out in outputs:
                 self._take_turns(out)
         if self.lockstep:
@@ -255,8 +268,7 @@ class EpisodeRunner:
             except BaseException as e:  # noqa: BLE001 - re-raised in the polling thread
                 self._events.put((_raise, e))
             finally:
-                with self._lock:
-                    self.seconds[kind] += time.perf_counter() - start
+                self._add(kind, time.perf_counter() - start)
 
         self._threads.submit(work)
 
@@ -286,6 +298,7 @@ class EpisodeRunner:
 
 
 _KINDS = {"_open": "open", "_call_tools": "tools", "_score": "score"}
+_PHASES = ("generate", "open", "tools", "score")
 
 
 def _raise(e: BaseException) -> None:

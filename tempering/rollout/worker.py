@@ -31,7 +31,7 @@ from tempering.rollout.group_key import GroupKey
 from tempering.rollout.runner import EpisodeRunner
 from tempering.runtime import BoundedQueue, Stall
 from tempering.sandbox import make_sandbox
-from tempering.scheduler.global_ import GroupOrder, GroupReport, NodePolicy
+from tempering.scheduler.orders import GroupOrder, GroupReport, NodePolicy
 from tempering.scheduler.local import NodeStats
 from tempering.scheduler.node import NodeSandbox
 from tempering.tasks import load_plugins
@@ -79,14 +79,15 @@ class EvalRequest:
 
 @dataclass(frozen=True)
 class GroupDone:
-    """A scored group, what it used, and the worker's state since the previous one."""
+    """A scored group, what it used, and what the worker spent since its previous one (so that
+    a batch's figures are the sum of its groups' and of those set aside)."""
 
     order: GroupOrder
     group: Group
     version: int  # the engine's version when the group started
     report: GroupReport
-    runner_seconds: dict[str, float]  # the runner's phases and the graders' calls, summed since it started
-    sync: SyncStats  # the engine's weight loads, summed since the worker started
+    runner_seconds: dict[str, float]  # the runner's phases and the graders' calls since the previous group
+    sync: SyncStats  # the engine's weight loads since the previous group
     node: NodeStats | None  # the node's queue now and the waits since the previous report
     startup_s: float | None  # on the first: from the worker's spawn to ready to generate
 
@@ -143,6 +144,7 @@ class Worker:
         self.orders: dict[int, tuple[GroupOrder, int]] = {}  # order id -> (order, engine version at start)
         self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
         self.sync = EngineSync(store, engine, r.partial_rollouts, spec.stall_timeout_s)
+        self.sync_sent = SyncStats()  # the loads counted in the groups sent so far
         self.waiting_evals: list[EvalRequest] = []  # asked during a drain or before their version arrived
         # across machines, as good as their clocks agree (NTP: milliseconds); never negative
         self.startup_s: float | None = max(0.0, time.time() - spec.spawned_at)
@@ -251,8 +253,9 @@ class Worker:
         report = GroupReport(order_id, sum(t.num_model_tokens for t in group.trajectories),
                              self.node.take_seconds(group.task.id) if self.node is not None else 0.0,
                              tuple(r.outcome for r in scored), tuple(r.total for r in scored))
-        seconds = {**self.runner.seconds, **self.runner.reward.seconds()}
-        done = GroupDone(order, group, version, report, seconds, dataclasses.replace(self.sync.stats),
+        seconds = {**self.runner.take_seconds(), **self.runner.reward.take_seconds()}
+        loads, self.sync_sent = self.sync.stats.minus(self.sync_sent), dataclasses.replace(self.sync.stats)
+        done = GroupDone(order, group, version, report, seconds, loads,
                          self.node.report() if self.node is not None else None, self.startup_s)
         self.startup_s = None
         # the trainer's side admits a bounded number of groups, so the queue has room for all of them

@@ -60,7 +60,7 @@ def test_judge_component_is_weighted_beside_the_verifier():
     # the judge saw the task as the model did, the reference answer and the sample's answer
     assert "<task>\nsort 4721=\n</task>" in srv.bodies[0]["messages"][1]["content"]
     assert "<reference>\n1247\n</reference>" in srv.bodies[0]["messages"][1]["content"]
-    assert svc.seconds()["judge_q"] > 0
+    assert svc.take_seconds()["judge_q"] > 0
 
 
 def test_domains_without_a_scorer_get_no_judge_call():

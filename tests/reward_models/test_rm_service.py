@@ -86,7 +86,7 @@ def test_rm_component_is_the_models_score_and_groups_share_batches(folder):
             assert reward.components["rm_q"] == pytest.approx(want, abs=1e-5)
             assert reward.total == pytest.approx(reward.components["outcome"] + 0.5 * want, abs=1e-5)
     assert stats["requests"] == len(groups) and stats["gathers"] < len(groups)  # groups gathered together
-    assert svc.seconds()["rm_q"] > 0
+    assert svc.take_seconds()["rm_q"] > 0
 
 
 def test_a_dead_reward_model_fails_the_samples(folder):

@@ -14,7 +14,8 @@ import pytest
 from tempering.config import ConfigError, SchedulerConfig, TasksConfig, load_config
 from tempering.errors import UserError
 from tempering.records import Task
-from tempering.scheduler.global_ import GlobalScheduler, GroupReport
+from tempering.scheduler.global_ import GlobalScheduler
+from tempering.scheduler.orders import GroupReport
 from tempering.tasks import Domain, registry
 from tempering.tasks.answers import exact_answer
 
@@ -59,7 +60,7 @@ def drive(s, batches, scores=SIGNAL):
     """Admit one batch at a time, complete every group, hand the batch to the trainer."""
     out = []
     for _ in range(batches):
-        orders = s.admit(s.next_batch)
+        orders = s.admit(s.admission.next_batch)
         for o in orders:
             report(s, o, scores)
         s.consumed(orders[0].batch)
@@ -104,7 +105,7 @@ def test_weighted_drf_reaches_target_dominant_shares():
     # n_tok * 1.0 / 2 = n_lite * 0.1 / 1 = n_box * 2.0 / 1 and 500 groups in all -> 80 : 400 : 20
     for name, n in {"zsched/tok": 80, "zsched/lite": 400, "zsched/box": 20}.items():
         assert abs(counts[name] - n) <= 2, counts
-    target, achieved = s.shares()
+    target, achieved = s.mix.shares()
     assert target == pytest.approx({"zsched/tok": 0.5, "zsched/lite": 0.25, "zsched/box": 0.25})
     assert achieved == pytest.approx(target, abs=0.02)
 
@@ -112,11 +113,11 @@ def test_weighted_drf_reaches_target_dominant_shares():
 def test_a_group_that_costs_nothing_to_generate_still_takes_trainer_capacity():
     """Groups of 0 tokens (a prompt past the context) cost 1/50 s of the trainer's intake, others 0.1 s of engine: 5:1, not all."""
     s = make({"zsched/free": 1.0, "zsched/lite": 1.0}, groups=6)
-    assert s.group_rate == 50.0
+    assert s.mix.group_rate == 50.0
     counts = Counter(o.task.domain for o in drive(s, 100))
     assert counts["zsched/free"] == pytest.approx(500, abs=2) and counts["zsched/lite"] == pytest.approx(100, abs=2)
-    s.measured_group_rate(10.0)  # a slower trainer (50 -> 42 groups/s): a free group costs more of it
-    assert s.group_rate == pytest.approx(42.0)
+    s.mix.measured_group_rate(10.0)  # a slower trainer (50 -> 42 groups/s): a free group costs more of it
+    assert s.mix.group_rate == pytest.approx(42.0)
 
 
 def test_usage_and_replica_load_are_what_groups_used():
@@ -125,15 +126,15 @@ def test_usage_and_replica_load_are_what_groups_used():
     first = drive(s, 1)
     assert Counter(o.task.domain for o in first) == {"zsched/tok": 4, "zsched/lite": 4}
     # 4 x 1000 and 4 x 100 tokens, whatever the estimates were when they started
-    assert s.shares()[1] == pytest.approx({"zsched/tok": 4000 / 4400, "zsched/lite": 400 / 4400}, rel=1e-6)
-    assert Counter(o.replica for o in s.admit(s.next_batch)) == {"r0": 4, "r1": 4}  # nothing left in flight
+    assert s.mix.shares()[1] == pytest.approx({"zsched/tok": 4000 / 4400, "zsched/lite": 400 / 4400}, rel=1e-6)
+    assert Counter(o.replica for o in s.admit(s.admission.next_batch)) == {"r0": 4, "r1": 4}  # nothing left in flight
 
 
 def test_a_short_horizon_renormalises_instead_of_overflowing():
     """horizon=1 over 1000 groups: decayed usage stays finite and equal-cost domains still alternate."""
     s = make({"zsched/lite": 1.0, "zsched/easy": 1.0}, groups=10, horizon=1)
     picks = [o.task.domain for o in drive(s, 100)]
-    assert sum(s.shares()[1].values()) == pytest.approx(1.0)
+    assert sum(s.mix.shares()[1].values()) == pytest.approx(1.0)
     assert Counter(picks[-100:]) == {"zsched/lite": 50, "zsched/easy": 50}
 
 
@@ -148,9 +149,9 @@ def test_priorities_order_a_batch_and_resolve_families_and_globs():
     assert names == sorted(names, key=rank.get)
     assert [o.priority for o in batch] == sorted((o.priority for o in batch), reverse=True)
     mix = {"zsched/tok": 1.0, "zsched/lite": 1.0, "arithmetic": 1.0}
-    assert make(mix, priorities={"zsched": 3, "zsched/lite": 7}).priorities == {
+    assert make(mix, priorities={"zsched": 3, "zsched/lite": 7}).mix.priorities == {
         "zsched/tok": 3, "zsched/lite": 7, "arithmetic": 0}
-    assert make(mix, priorities={"zsched/t*": 2}).priorities == {"zsched/tok": 2, "zsched/lite": 0, "arithmetic": 0}
+    assert make(mix, priorities={"zsched/t*": 2}).mix.priorities == {"zsched/tok": 2, "zsched/lite": 0, "arithmetic": 0}
     for key in ("sorting", "nosuch", "zsched/b*"):  # sorting exists, but is not in the mix
         with pytest.raises(UserError, match=re.escape(f"scheduler.priorities.{key}: no domain")):
             make(mix, priorities={key: 1})
@@ -194,7 +195,7 @@ def test_adaptive_weights_follow_the_learning_signal():
     s = make(mix, groups=3, window=8, floor=0.1)
     n = Counter(o.task.domain for o in drive(s, 8, _by_domain))
     assert s.metrics()["weight"] == pytest.approx({"zsched/easy": 0.1, "zsched/hard": 0.1, "zsched/lite": 1.0})
-    assert s.shares()[0]["zsched/lite"] == pytest.approx(1 / 1.2)
+    assert s.mix.shares()[0]["zsched/lite"] == pytest.approx(1 / 1.2)
     # equal costs: 120 more groups leave (n_easy + a) / 0.1 = n_lite + c = (n_hard + b) / 0.1, a + b + c = 120
     a = (120 + n["zsched/hard"] + n["zsched/lite"] - 11 * n["zsched/easy"]) / 12
     b = n["zsched/easy"] + a - n["zsched/hard"]
@@ -208,7 +209,7 @@ def test_adaptive_weights_follow_the_learning_signal():
 
 
 def _next(s, outcomes=None):
-    (o,) = s.admit(s.next_batch)
+    (o,) = s.admit(s.admission.next_batch)
     if outcomes is not None:
         report(s, o, (outcomes, outcomes))
         s.consumed(o.batch)
@@ -221,19 +222,19 @@ def test_curriculum_moves_arithmetic_up_its_levels():
     for _ in range(3):
         o = _next(s, (1.0, 1.0))
         assert o.level == 0 and re.fullmatch(r"\d\+\d=", o.task.make().prompt), o.task.make().prompt
-        assert s.curriculum.level("arithmetic") == 0  # the window is not full yet
+        assert s.mix.curriculum.level("arithmetic") == 0  # the window is not full yet
     _next(s, (1.0, 1.0))
-    assert s.curriculum.level("arithmetic") == 1 and s.metrics()["level"]["arithmetic"] == 1.0
-    assert s.curriculum.pass_rate("arithmetic") is None  # the window starts afresh
+    assert s.mix.curriculum.level("arithmetic") == 1 and s.metrics()["level"]["arithmetic"] == 1.0
+    assert s.mix.curriculum.pass_rate("arithmetic") is None  # the window starts afresh
     prompts = []
     for passed in (0.5, 0.5, 0.5, 0.5, 1.0):  # window means 0.5, then 0.625: < 0.75
         o = _next(s, (passed, passed))
         prompts.append(o.task.make().prompt)
-        assert o.level == 1 and s.curriculum.level("arithmetic") == 1
+        assert o.level == 1 and s.mix.curriculum.level("arithmetic") == 1
     _next(s, (1.0, 1.0))  # [0.5, 0.5, 1, 1] -> 0.75
-    assert s.curriculum.level("arithmetic") == 2
+    assert s.mix.curriculum.level("arithmetic") == 2
     top = [_next(s, (1.0, 1.0)) for _ in range(40)]
-    assert s.curriculum.level("arithmetic") == 2 and {o.level for o in top} == {2}
+    assert s.mix.curriculum.level("arithmetic") == 2 and {o.level for o in top} == {2}
     assert all(re.fullmatch(r"\d{1,2}\+\d{1,2}=", p) for p in prompts)
     assert any("-" in o.task.make().prompt for o in top)
 
@@ -245,7 +246,7 @@ def test_without_curriculum_training_and_heldout_draw_the_top_level():
     orders = [_next(off, (1.0, 1.0)) for _ in range(40)]
     assert {o.level for o in orders} == {2} and any("-" in o.task.make().prompt for o in orders)
     off.load_state_dict(json.loads(json.dumps(on.state_dict())))
-    assert off.curriculum.level("arithmetic") == 2 and _next(off).level == 2
+    assert off.mix.curriculum.level("arithmetic") == 2 and _next(off).level == 2
     assert _next(on).level == 0
     heldout = [t.prompt for t in on.pool.heldout()]
     assert heldout == [t.prompt for t in off.pool.heldout()] and len(heldout) == 64
@@ -264,10 +265,10 @@ def test_a_replica_leaving_hands_its_groups_to_the_others():
     s = make({"zsched/lite": 1.0}, groups=8, replicas=("r0", "r1"))
     batch = s.admit(0)
     on_r1 = {o.id for o in batch if o.replica == "r1"}
-    moved = s.remove_replica("r1")
+    moved = s.lose("r1")
     assert {o.id for o in moved} == on_r1 == {1, 3, 5, 7} and {o.replica for o in moved} == {"r0"}
-    assert {o.replica for o in s.inflight.values()} == {"r0"}
-    assert s.remove_replica("r0") == [] and s.inflight == {}
+    assert {o.replica for o in s.placement.inflight.values()} == {"r0"}
+    assert s.lose("r0") == [] and s.placement.inflight == {}
     assert s.admit(5) == []  # nothing starts without a replica
     back = s.add_replica("r2")
     assert sorted(o.id for o in back) == list(range(8)) and {o.replica for o in back} == {"r2"}
@@ -288,13 +289,13 @@ def test_sandbox_nodes_joining_and_leaving_change_dominant_shares():
     def box_share(slots):  # box: 8 s a group over `slots`; lite: 100 tokens a group over 1000 tokens/s
         return n_box * 8 / slots / (n_box * 8 / slots + n_lite * 0.1)
 
-    assert s.shares()[1]["zsched/box"] == pytest.approx(box_share(4), rel=1e-6)
+    assert s.mix.shares()[1]["zsched/box"] == pytest.approx(box_share(4), rel=1e-6)
     s.add_node("n1", 4)
-    assert s.shares()[1]["zsched/box"] == pytest.approx(box_share(8), rel=1e-6)
-    assert Counter(o.task.domain for o in s.admit(s.next_batch))["zsched/box"] >= 5  # box catches up
+    assert s.mix.shares()[1]["zsched/box"] == pytest.approx(box_share(8), rel=1e-6)
+    assert Counter(o.task.domain for o in s.admit(s.admission.next_batch))["zsched/box"] >= 5  # box catches up
     s.remove_node("n1")
     s.remove_node("n0")  # no node: sandbox seconds over one slot
-    assert s.shares()[1]["zsched/box"] > box_share(4)
+    assert s.mix.shares()[1]["zsched/box"] > box_share(4)
 
 
 def _mixed(order):
@@ -318,7 +319,7 @@ def test_state_survives_a_json_round_trip():
     for key in ("weight", "level", "pass_rate", "signal", "share_target"):
         assert restored[key] == m[key], key
     assert restored["share"] == pytest.approx(m["share"], rel=1e-9)
-    assert fresh.cost == s.cost
+    assert fresh.mix.cost == s.mix.cost
     assert [o.task.domain for o in drive(fresh, 20, _mixed)] == [o.task.domain for o in drive(s, 20, _mixed)]
     assert fresh.metrics()["weight"] == s.metrics()["weight"]
 
@@ -353,12 +354,12 @@ def test_a_generator_draw_is_made_where_it_runs_the_same_every_time():
 def test_a_domains_first_group_replaces_the_cost_prior_then_costs_average():
     """Prior 1 s of sandbox; the first group used 8 s: 8 at once (not 2.4); a later one of 3 s: 0.8*8 + 0.2*3 = 7."""
     s = make({"zsched/box": 1.0}, groups=1)
-    assert s.cost["zsched/box"][1] == 1.0
+    assert s.mix.cost["zsched/box"][1] == 1.0
     report(s, s.admit(0)[0])
-    assert s.cost["zsched/box"] == [100.0, 8.0]
+    assert s.mix.cost["zsched/box"] == [100.0, 8.0]
     s.consumed(0)
     s.complete(GroupReport(s.admit(1)[0].id, 100, 3.0, (1.0,), (1.0,)))
-    assert s.cost["zsched/box"][1] == pytest.approx(7.0)
+    assert s.mix.cost["zsched/box"][1] == pytest.approx(7.0)
 
 
 def test_a_domain_has_one_group_in_flight_until_its_first_ends():
@@ -369,7 +370,7 @@ def test_a_domain_has_one_group_in_flight_until_its_first_ends():
     report(s, first["zsched/lite"])  # lite's cost is now known; box's group still runs
     assert [o.task.domain for o in s.admit(1)] == ["zsched/lite", "zsched/lite"]
     report(s, first["zsched/box"])  # 8 s of sandbox over 4 slots: box now waits for lite to catch up
-    assert "zsched/box" in s._learned and s._flying["zsched/box"] == 0
+    assert "zsched/box" in s.mix._learned and s.mix._flying["zsched/box"] == 0
     s = make({"zsched/box": 1.0}, groups=3)  # alone: nothing else to order, so it goes anyway
     assert [o.task.domain for o in s.admit(0)] == ["zsched/box"] * 3
 
@@ -378,12 +379,12 @@ def test_a_replicas_measured_throughput_rescales_token_shares():
     """tok's 1000-token groups are 1 s of a 1000 tok/s replica; measured at 6000 (EMA: 2000) they are 0.5 s."""
     s = make({"zsched/tok": 1.0, "zsched/box": 1.0}, groups=2)
     drive(s, 1)
-    before = s._dominant("zsched/tok")
+    before = s.mix._dominant("zsched/tok")
     s.measured("r0", 6000.0)
-    assert s.replicas["r0"] == pytest.approx(2000.0)
-    assert s._dominant("zsched/tok") == pytest.approx(before / 2)
+    assert s.placement.replicas["r0"] == pytest.approx(2000.0)
+    assert s.mix._dominant("zsched/tok") == pytest.approx(before / 2)
     s.measured("gone", 5.0)  # a replica that left: ignored
-    assert "gone" not in s.replicas
+    assert "gone" not in s.placement.replicas
 
 
 UNIFORM = ((1.0, 1.0), (1.0, 1.0))  # every sample solved: no group-relative signal
@@ -403,13 +404,13 @@ def test_dynamic_sampling_redraws_groups_without_signal_up_to_the_cap():
     report(s, b, ((1.0, 0.0), (0.5, 0.5)))  # rewards equal, outcomes not: still no signal
     (r2,) = s.admit(0)
     report(s, c, UNIFORM)  # cap spent: it keeps its place
-    assert s.admit(0) == [] and s.refilled(0) == 2
+    assert s.admit(0) == [] and s.admission.refilled(0) == 2
     report(s, r1, SIGNAL)
     assert not s.is_complete(0)
     report(s, r2, ((0.0,), (0.0,)))  # one scored sample has no signal either, but the cap is spent
     assert s.is_complete(0)
     s.consumed(0)
-    assert s.refilled(0) == 0
+    assert s.admission.refilled(0) == 0
     first = s.admit(1)
     report(s, first[0], UNIFORM)
     assert [o.batch for o in s.admit(1)] == [1]
@@ -419,7 +420,7 @@ def test_without_dynamic_sampling_uniform_groups_fill_their_places():
     s = make({"zsched/lite": 1.0}, groups=2)
     for o in s.admit(0):
         report(s, o, UNIFORM)
-    assert s.is_complete(0) and s.admit(0) == [] and s.refilled(0) == 0
+    assert s.is_complete(0) and s.admit(0) == [] and s.admission.refilled(0) == 0
 
 
 def test_dynamic_sampling_is_checked_at_load(tmp_path):
