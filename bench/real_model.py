@@ -336,7 +336,7 @@ def main() -> int:
         extra = (args.which,) if args.which else ()
         print(json.dumps(parts[args.part](args.model, args.threads, args.quick, *extra)))
         return 0
-    from tempering.models.gguf_file import local_model
+    from tempering.models.location import local_model
     from tempering.models.packaged import get
 
     args.model = str(local_model(args.model) if args.model else get("smollm2-135m-instruct"))

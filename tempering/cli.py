@@ -108,7 +108,7 @@ def _models(args: argparse.Namespace, _: list[str]) -> int:
 def _generate(args: argparse.Namespace, _: list[str]) -> int:
     from tempering.engine import LLM, SamplingParams
     from tempering.models import load_hf
-    from tempering.models.gguf_file import local_model
+    from tempering.models.location import local_model
     from tempering.records import Message
     from tempering.tokenizer import load_tokenizer
 

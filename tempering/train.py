@@ -32,7 +32,7 @@ from tempering.evaluation import EvalResult
 from tempering.lineage import LineageStore, rewind as rewind_lineage
 from tempering.metrics import Metrics, plot_rewards, progress_bar, rewind_jsonl
 from tempering.models import Arch, Decoder, build_model, load_hf, save_hf
-from tempering.models.gguf_file import local_model
+from tempering.models.location import local_model
 from tempering.models.lora import Merged, adapters, apply_lora, load_peft
 from tempering.pool import TaskPool
 from tempering.scheduler.global_ import GlobalScheduler

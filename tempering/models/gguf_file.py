@@ -7,23 +7,18 @@ dequantized to float32 (a GGUF's quantization is how it carries the weights, not
 computes with them); tokenizers of llama.cpp's `gpt2` kind (byte-level BPE) with the
 pre-tokenizers in `PRE_TOKENIZERS`. Anything else is a UserError naming it. llama.cpp stores a
 llama model's q and k rows permuted for its rotary layout; they are put back in HF's order.
-`local_model` is what every command that takes a model folder calls: a folder as it is, a
-`.gguf` file converted once into the cache (`<cache>/models/`) and that folder returned. It
+`to_folder` converts; `models.location.local_model` calls it once per file into the cache. It
 writes no GGUF (the tests do, with gguf's own writer).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tempering import cache
 from tempering.errors import UserError
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -39,33 +34,6 @@ _LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"
           "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
           "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-
-
-def local_model(path: str | Path) -> Path:
-    """A model folder for `path`: a folder as it is; a `.gguf` file converted into the cache
-    (once per file content) and that folder."""
-    path = Path(path)
-    if path.is_dir():
-        return path
-    if not path.is_file():
-        raise UserError(f"{path}: no such model folder or .gguf file")
-    if path.suffix.lower() != ".gguf":
-        raise UserError(f"{path}: a model is a folder (config.json, safetensors, tokenizer.json) or a .gguf file")
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 24), b""):
-            digest.update(chunk)
-    dest = cache.root() / "models" / f"{path.stem}-{digest.hexdigest()[:16]}"
-    if not (dest / "config.json").is_file():
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".convert-") as tmp:
-            to_folder(path, Path(tmp) / "model")
-            try:
-                os.rename(Path(tmp) / "model", dest)
-            except OSError:
-                if not (dest / "config.json").is_file():  # not another process's finished copy
-                    raise
-    return dest
 
 
 def to_folder(path: str | Path, dest: str | Path) -> Path:

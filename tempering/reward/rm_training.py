@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from tempering.errors import UserError
 from tempering.models import (Arch, SequenceClassifier, build_classifier, last_token_index, load_classifier,
                               save_classifier)
-from tempering.models.gguf_file import local_model
+from tempering.models.location import local_model
 from tempering.reward.preferences import (DEMO_DOMAINS, Pair, Record, demo_pairs, kind_of, read_files, split_by_prompt,
                                          write_records)
 from tempering.reward.reward_model import render_text

@@ -36,7 +36,7 @@ def run_serve(args: argparse.Namespace, overrides: list[str]) -> int:
     from tempering.config import load_config
     from tempering.engine.llm_engine import LLM
     from tempering.models import load_hf
-    from tempering.models.gguf_file import local_model
+    from tempering.models.location import local_model
     from tempering.serve.server import Server
     from tempering.serve.tenants import Tenants
     from tempering.tokenizer import load_tokenizer
@@ -75,7 +75,7 @@ def run_serve(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def _model(args: argparse.Namespace) -> tuple[Path, int, str]:
     """The model folder to start from, its policy version and the name clients send."""
-    from tempering.models.gguf_file import local_model
+    from tempering.models.location import local_model
 
     if args.model:
         folder = local_model(args.model)  # a .gguf file is converted once into the cache
