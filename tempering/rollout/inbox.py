@@ -14,28 +14,32 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
+from dataclasses import dataclass
+from typing import Generic
 
-from tempering.runtime.interface import SLICE_S, DeadlineQueue
+from tempering.runtime.interface import SLICE_S, DeadlineQueue, T
 
 JOIN_S = 10 * SLICE_S  # a reading thread's last look: SLICE_S, plus a remote call's own time
 
-class _Broken:
-    """A replica's queue raised while the replica was live: the trainer re-raises it."""
+@dataclass(frozen=True)
+class _Delivery(Generic[T]):
+    """An item read from replica `source`'s queue, or the error reading it raised while the
+    replica was live (the trainer re-raises it)."""
 
-    def __init__(self, name: str, error: BaseException):
-        self.name, self.error = name, error
+    source: str
+    item: T | None = None
+    error: BaseException | None = None
 
 
-class Inbox(DeadlineQueue):
+class Inbox(DeadlineQueue[T]):
     def __init__(self, what: str):
         self.what = what  # "scored groups", "evaluations": for the reading thread's name and errors
-        self._local: queue.Queue = queue.Queue()  # unbounded: each source is bounded by admission
-        self._sources: dict[str, tuple[Any, threading.Event]] = {}
+        self._local: queue.Queue[_Delivery[T]] = queue.Queue()  # unbounded: each source is bounded by admission
+        self._sources: dict[str, tuple[DeadlineQueue[T], threading.Event]] = {}
         self._threads: list[threading.Thread] = []
         self._closed = threading.Event()
 
-    def add(self, name: str, source: DeadlineQueue) -> None:
+    def add(self, name: str, source: DeadlineQueue[T]) -> None:
         """Read `source`, replica `name`'s queue, from now on."""
         gone = threading.Event()
         self._sources[name] = (source, gone)
@@ -60,33 +64,33 @@ class Inbox(DeadlineQueue):
             source.drain()
         self.drain()
 
-    def _forward(self, name: str, source: DeadlineQueue, gone: threading.Event) -> None:
+    def _forward(self, name: str, source: DeadlineQueue[T], gone: threading.Event) -> None:
         while not gone.is_set() and not self._closed.is_set():
             try:
                 got, item = source.try_get(SLICE_S, f"{self.what} of {name}")
             except Exception as e:  # noqa: BLE001 - handed to the trainer, which raises it
                 if not gone.is_set() and not self._closed.is_set():
-                    self._local.put(_Broken(name, e))
+                    self._local.put(_Delivery(name, error=e))
                 return
             if got:
-                self._local.put(item)
+                self._local.put(_Delivery(name, item))
 
     # -- DeadlineQueue ------------------------------------------------------------------------------------
-    def _take(self, wait: float, component: str) -> tuple[bool, Any]:
+    def _take(self, wait: float, component: str) -> tuple[bool, T | None]:
         try:
-            item = self._local.get(timeout=wait) if wait > 0 else self._local.get_nowait()
+            got = self._local.get(timeout=wait) if wait > 0 else self._local.get_nowait()
         except queue.Empty:
             return False, None
-        if isinstance(item, _Broken):
-            raise RuntimeError(f"{self.what} of {item.name}: reading its queue failed") from item.error
-        return True, item
+        if got.error is not None:
+            raise RuntimeError(f"{self.what} of {got.source}: reading its queue failed") from got.error
+        return True, got.item
 
-    def _offer(self, item: Any, wait: float, component: str) -> bool:
-        self._local.put(item)
+    def _offer(self, item: T, wait: float, component: str) -> bool:
+        self._local.put(_Delivery("", item))
         return True
 
-    def try_put(self, item: Any) -> bool:
-        self._local.put(item)
+    def try_put(self, item: T) -> bool:
+        self._local.put(_Delivery("", item))
         return True
 
     def drain(self) -> None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
+from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.rollout.inbox import Inbox
-from tempering.rollout.worker import RolloutSpec, run_rollout_worker
-from tempering.runtime import Resources, WorkerFailed
+from tempering.rollout.worker import GroupDone, RolloutSpec, WorkerMessage, run_rollout_worker
+from tempering.runtime import Queue, Resources, Runtime, WorkerFailed, WorkerHandle
 from tempering.scheduler.orders import NodePolicy
 from tempering.weights import BlobPublisher, WeightStore
 
@@ -34,20 +35,21 @@ CHECK_REMOTE_S = 0.02  # a remote worker's looks at its stop event and orders wh
 @dataclass
 class Replica:
     name: str
-    worker: Any
-    orders: Any  # its queue of GroupOrders, NodePolicies and EvalRequests
-    groups: Any  # the queue it sends scored groups into (read by `Replicas.groups`)
+    worker: WorkerHandle
+    orders: Queue[WorkerMessage]
+    groups: Queue[GroupDone]  # the queue it sends scored groups into (read by `Replicas.groups`)
     policy: NodePolicy | None = None  # the node policy sent to it last
     node: str = ""  # where it runs ("local" on the local runtime), once placed or once it has sent a group
     spawned: float = field(default_factory=time.monotonic)
 
 
 class Replicas:
-    def __init__(self, runtime: Any, spec: RolloutSpec, model: Decoder, version: int, room: int,
+    def __init__(self, runtime: Runtime, spec: RolloutSpec, model: Decoder, version: int, room: int,
                  resources: Mapping[str, float] | None = None):
         self.runtime, self.room = runtime, room
         # each replica sends into queues of its own (see `inbox`); the trainer reads them here
-        self.groups, self.replies = Inbox("scored groups"), Inbox("evaluations")
+        self.groups: Inbox[GroupDone] = Inbox("scored groups")
+        self.replies: Inbox[EvalResult] = Inbox("evaluations")
         self.spec = dataclasses.replace(spec, check_every_s=CHECK_REMOTE_S if runtime.remote else 0.0)
         self.timeout = spec.stall_timeout_s
         self.weights: BlobPublisher | WeightStore = (
@@ -65,9 +67,9 @@ class Replicas:
         until `place` finds it running."""
         i = len(self.all)
         name = f"rollout-{i}"
-        orders = self.runtime.queue(0, f"orders for {name}")
-        groups, replies = self.runtime.queue(self.room, f"scored groups of {name}"), self.runtime.queue(
-            1, f"evaluations of {name}")
+        orders: Queue[WorkerMessage] = self.runtime.queue(0, f"orders for {name}")
+        groups: Queue[GroupDone] = self.runtime.queue(self.room, f"scored groups of {name}")
+        replies: Queue[EvalResult] = self.runtime.queue(1, f"evaluations of {name}")
         weights = self.weights.channel(name) if isinstance(self.weights, BlobPublisher) else self.weights
         worker = self.runtime.spawn(name, run_rollout_worker, self.spec, weights, groups, orders, replies,
                                     self.stop, i, resources=self.resources)
@@ -92,10 +94,10 @@ class Replicas:
         """Whether the runtime would place one more replica now."""
         return self.runtime.has_room(self.resources)
 
-    def workers(self) -> list[Any]:
+    def workers(self) -> list[WorkerHandle]:
         return [r.worker for r in self.live.values()]
 
-    def send(self, name: str, item: Any) -> None:
+    def send(self, name: str, item: WorkerMessage) -> None:
         self.live[name].orders.put(item, self.timeout, f"rollout replica {name}'s orders")
 
     def lose(self, error: WorkerFailed) -> Replica:

@@ -15,14 +15,14 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter, defaultdict
-from typing import Any, Mapping
+from typing import Mapping, TypeVar
 
 from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.rollout.assembler import BatchAssembler, RolloutBatch
 from tempering.rollout.replicas import Replica, Replicas
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
-from tempering.runtime import WorkerFailed
+from tempering.runtime import Queue, Runtime, StopSignal, WorkerFailed
 from tempering.scheduler.global_ import GlobalScheduler
 from tempering.scheduler.orders import GroupOrder
 
@@ -30,10 +30,11 @@ GROW_CHECK_S = 1.0  # below runtime.max_replicas: how often to ask the runtime f
 # how long a replica started for room may wait to be placed before it is given up (nothing waits
 # on it meanwhile; on Ray, a new node's first worker process can take a minute on a busy machine)
 GROW_PLACE_S = 120.0
+T = TypeVar("T")
 
 
 class RolloutService:
-    def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Any,
+    def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Runtime,
                  replicas: int = 1, resources: Mapping[str, float] | None = None, max_replicas: int = 0):
         self.timeout = spec.stall_timeout_s
         self.scheduler = scheduler
@@ -69,7 +70,7 @@ class RolloutService:
         self._dispatch()
         return seconds
 
-    def next_batch(self, stop: Any) -> RolloutBatch | None:
+    def next_batch(self, stop: StopSignal) -> RolloutBatch | None:
         """The next batch, in order; None if `stop` was set while waiting."""
         self._dispatch()
         while not self._complete(self._next):
@@ -105,7 +106,7 @@ class RolloutService:
             if result is not None:
                 return result
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, object]:
         """Where the replicas ran, the groups each sent, which were lost and why, and what that moved."""
         return {"nodes": {r.name: r.node for r in self.replicas.all},
                 "groups": {r.name: self.filed[r.name] for r in self.replicas.all}, "lost": dict(self.replicas.lost),
@@ -173,7 +174,7 @@ class RolloutService:
             self._send(order)
         return replica.name
 
-    def _wait(self, queue: Any, component: str, stop: Any = None) -> Any:
+    def _wait(self, queue: Queue[T], component: str, stop: StopSignal | None = None) -> T | None:
         """The next item of `queue`; a replica lost meanwhile is dropped and the wait goes on."""
         while True:
             try:

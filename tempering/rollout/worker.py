@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import assert_never
 
 import torch
 
@@ -23,13 +23,13 @@ from tempering.config import EngineConfig, RewardConfig, RolloutConfig, SandboxC
 from tempering.engine import LLM, SamplingParams
 from tempering.engine.llm_engine import torch_dtype
 from tempering.engine.vllm_backend import VLLMEngine
-from tempering.evaluation import summarize
+from tempering.evaluation import EvalResult, summarize
 from tempering.models import Arch, Decoder
 from tempering.records import Group, Task
 from tempering.reward import RewardService
 from tempering.rollout.group_key import GroupKey
 from tempering.rollout.runner import EpisodeRunner
-from tempering.runtime import BoundedQueue, Stall
+from tempering.runtime import Event, Queue, Stall
 from tempering.sandbox import make_sandbox
 from tempering.scheduler.orders import GroupOrder, GroupReport, NodePolicy
 from tempering.scheduler.local import NodeStats
@@ -92,8 +92,13 @@ class GroupDone:
     startup_s: float | None  # on the first: from the worker's spawn to ready to generate
 
 
-def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, out: BoundedQueue, requests: Any,
-                       replies: Any, stop: Any, replica: int = 0) -> None:
+# what the trainer's side sends a rollout worker, on one queue
+WorkerMessage = GroupOrder | NodePolicy | EvalRequest
+
+
+def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, out: Queue[GroupDone],
+                       requests: Queue[WorkerMessage], replies: Queue[EvalResult], stop: Event,
+                       replica: int = 0) -> None:
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + spec.first_batch + 7919 * replica)  # replicas sample apart
     source = weights.open() if isinstance(weights, BlobChannel) else weights
@@ -134,15 +139,15 @@ def _engine(spec: RolloutSpec, tokenizer, replica: int) -> LLM | VLLMEngine:
 
 
 class Worker:
-    def __init__(self, spec: RolloutSpec, store: WeightSource, out: BoundedQueue, requests: Any, replies: Any,
-                 stop: Any, engine: LLM, runner: EpisodeRunner, node: NodeSandbox | None):
+    def __init__(self, spec: RolloutSpec, store: WeightSource, out: Queue[GroupDone], requests: Queue[WorkerMessage],
+                 replies: Queue[EvalResult], stop: Event, engine: LLM, runner: EpisodeRunner, node: NodeSandbox | None):
         self.spec, self.store, self.out, self.requests, self.replies, self.stop = spec, store, out, requests, replies, stop
         self.engine, self.runner, self.node = engine, runner, node
         r = spec.rollout
         self.params = SamplingParams(n=r.samples_per_task, temperature=r.temperature, top_p=r.top_p,
                                      max_tokens=r.max_tokens)
         self.orders: dict[int, tuple[GroupOrder, int]] = {}  # order id -> (order, engine version at start)
-        self.evals: dict[str, tuple[list, list[Group]]] = {}  # label -> (held-out tasks, groups scored)
+        self.evals: dict[str, tuple[list[Task], list[Group]]] = {}  # label -> (held-out tasks, groups scored)
         self.sync = EngineSync(store, engine, r.partial_rollouts, spec.stall_timeout_s)
         self.sync_sent = SyncStats()  # the loads counted in the groups sent so far
         self.waiting_evals: list[EvalRequest] = []  # asked during a drain or before their version arrived
@@ -176,20 +181,31 @@ class Worker:
                 return
             wait = 0.0
             self.heard = time.monotonic()
-            if isinstance(msg, GroupOrder) and self.spec.deterministic:
+            if not self._handle(msg):
+                return
+
+    def _handle(self, msg: WorkerMessage | None) -> bool:
+        """Act on one message. -> whether to take more now (run.deterministic: not while a batch
+        or an evaluation runs alone)."""
+        match msg:
+            case GroupOrder() if self.spec.deterministic:
                 self.held.append(msg)
                 if len(self.held) == self.spec.groups_per_batch:
                     self._start_held()
-                    return  # nothing more is taken while they run
-            elif isinstance(msg, GroupOrder):
+                    return False  # nothing more is taken while they run
+            case GroupOrder():
                 self._start(msg)
-            elif isinstance(msg, NodePolicy):
+            case NodePolicy():
                 if self.node is not None:
                     self.node.set_policy(msg.quotas, msg.priorities)
-            else:
+            case EvalRequest():
                 self._evaluate(msg)
-                if self.spec.deterministic and self.runner.busy:
-                    return  # the evaluation runs alone
+                return not (self.spec.deterministic and self.runner.busy)  # the evaluation runs alone
+            case None:
+                raise AssertionError("a rollout worker's orders carry no None")
+            case _:
+                assert_never(msg)
+        return True
 
     def _start(self, order: GroupOrder) -> None:
         self.orders[order.id] = (order, self.engine.version)

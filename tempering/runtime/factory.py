@@ -9,14 +9,13 @@ asks for, so that all of them are placed. It starts no worker itself.
 from __future__ import annotations
 
 import os
-from typing import Any
-
 from tempering.config import RuntimeConfig
 from tempering.errors import UserError
+from tempering.runtime.interface import Runtime
 from tempering.runtime.local import LocalRuntime
 
 
-def open_runtime(cfg: RuntimeConfig) -> Any:
+def open_runtime(cfg: RuntimeConfig) -> Runtime:
     """A `LocalRuntime`, or a `RayRuntime` connected to `cfg.address`; the caller closes it."""
     if cfg.kind == "local":
         return LocalRuntime()

@@ -16,17 +16,20 @@ import os
 import queue
 import signal
 import sys
+from multiprocessing.context import SpawnContext
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue as ProcessQueue
 from typing import Any, Callable
 
 import torch.multiprocessing as tmp
 
-from tempering.runtime.interface import DeadlineQueue, Failure, Resources, Stall, WorkerFailed, is_state_dict
+from tempering.runtime.interface import DeadlineQueue, Event, Failure, Resources, Stall, T, WorkerFailed, is_state_dict
 
 __all__ = ["LocalRuntime", "BoundedQueue", "Worker", "LocalBlob", "Stall", "WorkerFailed", "threads_per_process"]
 
 
 class Worker:
-    def __init__(self, name: str, process: Any, errors: Any):
+    def __init__(self, name: str, process: BaseProcess, errors: ProcessQueue[Failure]):
         self.name, self.process, self.errors = name, process, errors
 
     def check(self) -> None:
@@ -57,24 +60,24 @@ class Worker:
             self.process.join(5)
 
 
-class BoundedQueue(DeadlineQueue):
-    def __init__(self, ctx: Any, maxsize: int):
-        self._q = ctx.Queue(maxsize)
+class BoundedQueue(DeadlineQueue[T]):
+    def __init__(self, ctx: SpawnContext, maxsize: int):
+        self._q: ProcessQueue[T] = ctx.Queue(maxsize)
 
-    def _offer(self, item: Any, wait: float, component: str) -> bool:
+    def _offer(self, item: T, wait: float, component: str) -> bool:
         try:
             self._q.put(item, timeout=wait)
             return True
         except queue.Full:
             return False
 
-    def _take(self, wait: float, component: str) -> tuple[bool, Any]:
+    def _take(self, wait: float, component: str) -> tuple[bool, T | None]:
         try:
             return True, self._q.get(timeout=wait) if wait > 0 else self._q.get_nowait()
         except queue.Empty:
             return False, None
 
-    def try_put(self, item: Any) -> bool:
+    def try_put(self, item: T) -> bool:
         try:
             self._q.put_nowait(item)
             return True
@@ -113,15 +116,15 @@ class LocalRuntime:
     def __init__(self):
         self.ctx = tmp.get_context("spawn")
 
-    def queue(self, maxsize: int, name: str = "queue") -> BoundedQueue:
+    def queue(self, maxsize: int, name: str = "queue") -> BoundedQueue[Any]:
         """A queue of at most `maxsize` items (unbounded when it is 0). `name`, like an event's,
         is for the Ray runtime's messages: a local queue cannot fail to answer."""
         return BoundedQueue(self.ctx, maxsize)
 
-    def event(self, name: str = "event") -> Any:
+    def event(self, name: str = "event") -> Event:
         return self.ctx.Event()
 
-    def spawn(self, name: str, target: Callable[..., None], *args: Any, resources: Resources | None = None) -> Worker:
+    def spawn(self, name: str, target: Callable[..., None], *args: object, resources: Resources | None = None) -> Worker:
         errors = self.ctx.Queue()
         # Not daemonic: a worker may start processes of its own (heavy verifiers' pool), which
         # multiprocessing forbids daemons. The parent stops and joins it (`Worker.join`), and a
@@ -134,7 +137,7 @@ class LocalRuntime:
         """Whether a worker asking for `resources` would start now: on this machine, always."""
         return True
 
-    def put_blob(self, obj: Any) -> LocalBlob:
+    def put_blob(self, obj: object) -> LocalBlob:
         """A snapshot of `obj` (later changes to it do not show): a state dict's tensors are
         copied into shared memory, anything else deep-copied."""
         if is_state_dict(obj):
@@ -159,7 +162,7 @@ def threads_per_process(setting: int | str, processes: int) -> int:
     return setting
 
 
-def _entry(name: str, target: Callable[..., None], args: tuple, errors: Any) -> None:
+def _entry(name: str, target: Callable[..., None], args: tuple, errors: ProcessQueue[Failure]) -> None:
     # The parent decides how a run ends (runtime.stop): a Ctrl-C sent to the whole process
     # group, or a scheduler's SIGTERM to every process, must not kill a worker mid-batch.
     for sig in (signal.SIGINT, signal.SIGTERM):

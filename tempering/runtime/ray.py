@@ -39,7 +39,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from tempering.errors import UserError
 from tempering.runtime.hub import Hub
-from tempering.runtime.interface import DeadlineQueue, Failure, Resources, Stall, WorkerFailed, is_state_dict
+from tempering.runtime.interface import DeadlineQueue, Failure, Resources, Stall, T, WorkerFailed, is_state_dict
 from tempering.runtime.placement import check_fits_group, describe, fits, shortfall, wanted
 from tempering.runtime.ray_head import PrivateHead
 from tempering.runtime.stop import SIGNALS
@@ -154,20 +154,20 @@ class RayWorker:
                 f"free now: {describe({k: free.get(k, 0.0) for k in asks})}")
 
 
-class RayQueue(DeadlineQueue):
+class RayQueue(DeadlineQueue[T]):
     """A bounded queue in the hub; items cross by value (large ones belong in a blob)."""
 
     def __init__(self, hub: Any, qid: int, name: str, call_timeout: float):
         self._hub, self._id, self._name, self._call = hub, qid, name, call_timeout
 
-    def _offer(self, item: Any, wait: float, component: str) -> bool:
+    def _offer(self, item: T, wait: float, component: str) -> bool:
         # boxed: Ray would resolve an ObjectRef passed as a top-level argument
         return _answer(self._hub.put.remote(self._id, [item], wait), wait + self._call, f"queue of {component}")
 
-    def _take(self, wait: float, component: str) -> tuple[bool, Any]:
+    def _take(self, wait: float, component: str) -> tuple[bool, T | None]:
         return _answer(self._hub.get.remote(self._id, wait), wait + self._call, f"queue of {component}")
 
-    def try_put(self, item: Any) -> bool:
+    def try_put(self, item: T) -> bool:
         return _answer(self._hub.try_put.remote(self._id, [item]), self._call, f"queue {self._name}")
 
     def drain(self) -> None:
@@ -277,7 +277,7 @@ class RayRuntime:
         self.host = ray.util.get_node_ip_address()
         self.startup_s = time.monotonic() - start
 
-    def queue(self, maxsize: int, name: str = "queue") -> RayQueue:
+    def queue(self, maxsize: int, name: str = "queue") -> RayQueue[Any]:
         """A queue of at most `maxsize` items (unbounded when it is 0)."""
         qid = _answer(self._hub.new_queue.remote(maxsize), self.call_timeout, f"queue {name}")
         return RayQueue(self._hub, qid, name, self.call_timeout)
@@ -286,7 +286,7 @@ class RayRuntime:
         eid = _answer(self._hub.new_event.remote(), self.call_timeout, f"event {name}")
         return RayEvent(self._hub, eid, name, self.call_timeout)
 
-    def spawn(self, name: str, target: Callable[..., None], *args: Any,
+    def spawn(self, name: str, target: Callable[..., None], *args: object,
               resources: Resources | None = None) -> RayWorker:
         res = resources or Resources()
         options: dict[str, Any] = {"num_cpus": res.cpus, "resources": dict(res.custom)}
@@ -303,7 +303,7 @@ class RayRuntime:
         nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
         return fits(ask, ray.available_resources()) and any(fits(ask, n) for n in nodes)
 
-    def put_blob(self, obj: Any) -> RayBlob:
+    def put_blob(self, obj: object) -> RayBlob:
         """A snapshot of `obj` in the object store (later changes to it do not show)."""
         if is_state_dict(obj):
             flat = {k: v.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for k, v in obj.items()}

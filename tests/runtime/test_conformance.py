@@ -1,5 +1,5 @@
 """One suite, both runtimes: the local runtime and the Ray runtime on a private local instance
-(started once for the module) must behave the same through the runtime interface."""
+(started once for the module) must be the `Runtime` protocol and behave the same through it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tempering.errors import UserError
-from tempering.runtime import LocalRuntime, Stall, WorkerFailed
+from tempering.runtime import Blob, Event, LocalRuntime, Queue, Runtime, Stall, WorkerFailed, WorkerHandle
 
 LONG = 120  # a deadline no passing test reaches: workers start in seconds even on a loaded machine
 
@@ -73,6 +73,29 @@ def _call_home(host, port, out):
 
 def _report_signals(out):
     out.put([signal.getsignal(sig) is signal.SIG_IGN for sig in (signal.SIGINT, signal.SIGTERM)], LONG, "reporter")
+
+
+# -- the protocol ---------------------------------------------------------------------------------------------
+def test_the_runtime_and_what_it_makes_are_the_protocols(runtime):
+    assert isinstance(runtime, Runtime) and isinstance(runtime.remote, bool) and isinstance(runtime.host, str)
+    assert isinstance(runtime.queue(1, "typed"), Queue) and isinstance(runtime.event("typed"), Event)
+    assert isinstance(runtime.put_blob({"w": torch.zeros(2)}), Blob)
+    worker = runtime.spawn("typed", _idle, 0.0)
+    try:
+        assert isinstance(worker, WorkerHandle)
+    finally:
+        worker.join(LONG)
+
+
+def test_the_protocol_checks_have_teeth():
+    class NotARuntime:
+        remote, host = False, "127.0.0.1"
+
+        def queue(self, maxsize, name="queue"):
+            return None
+
+    assert not isinstance(NotARuntime(), Runtime)  # no event, spawn, has_room, put_blob, close
+    assert not isinstance(object(), Event) and not isinstance(object(), WorkerHandle)
 
 
 # -- queues --------------------------------------------------------------------------------------------------
