@@ -1,5 +1,5 @@
 """Every shipped terminal task through the Harbor runner: its oracle must score 1 and a no-op 0
-(`tempering tasks check terminal` over all of them; CI checks a fixed sample). Prints one JSON
+(`tempering tasks check-shipped terminal` over all of them; CI checks a fixed sample). Prints one JSON
 object: how many tasks passed, which did not and why, and the seconds per task.
 Usage: python bench/terminal_tasks.py [--kind hand-written|generated]
 """
@@ -21,7 +21,8 @@ def main() -> None:
     args = ap.parse_args()
     names = terminal.names(args.kind)
     start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", "check", "terminal", "--json", "--tasks", *names],
+    r = subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", "check-shipped", "terminal", "--json",
+                        "--tasks", *names],
                        capture_output=True, text=True)
     wall = time.perf_counter() - start
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]

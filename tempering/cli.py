@@ -1,4 +1,4 @@
-"""The `tempering` command: train | train-rm | serve | generate | models | tasks [run-folder | import | check] | sandbox | view.
+"""The `tempering` command: train | train-rm | serve | generate | models | tasks | sandbox | view.
 
 Bad input (config, paths, unknown names: `UserError`) is reported as one `error:` line and exit
 status 2, never a traceback; any other exception is a bug and shows its traceback. Each
@@ -17,8 +17,6 @@ from tempering.errors import UserError
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["tasks"]:
-        return _tasks(argv[1:])
     parser = argparse.ArgumentParser(prog="tempering", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -34,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     from tempering.serve.cli import add_parser as add_serve
     from tempering.reward.rm_training import add_parser as add_train_rm
     from tempering.sandbox.cli import add_parser as add_sandbox
+    from tempering.tasks_cli import add_parser as add_tasks
     from tempering.view.server import add_parser as add_view
 
     add_serve(sub)
@@ -59,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", help="the folder to make (default: the cache's models/NAME)")
     p.set_defaults(handler=_models)
 
-    sub.add_parser("tasks", help="task domains: list, show, sample, score, check; Harbor folders: run-folder, "
-                   "import, check terminal (tempering tasks --help)", add_help=False)
+    add_tasks(sub)
 
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in ("train", "serve"):  # those take --section.key=value overrides
@@ -126,19 +124,6 @@ def _generate(args: argparse.Namespace, _: list[str]) -> int:
             print(json.dumps({"prompt": prompt, "index": c.index, "text": c.text, "finish_reason": c.finish_reason,
                               "token_ids": list(c.token_ids)}))
     return 0
-
-
-def _tasks(argv: list[str]) -> int:
-    """`tempering tasks ...`: Harbor folder actions (and `check terminal`) or domain actions."""
-    from tempering.tasks import cli as tasks_cli
-    from tempering.tasks.harbor import cli as harbor_cli
-
-    harbor = argv[:1] in (["run-folder"], ["import"]) or argv[:2] == ["check", "terminal"]
-    try:
-        return harbor_cli.main(argv) if harbor else tasks_cli.main(argv)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

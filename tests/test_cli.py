@@ -38,8 +38,25 @@ def test_bad_override_and_tasks_listing():
     assert r.returncode == 2 and "trainer.nope" in r.stderr
     r = run("tasks")
     assert r.returncode == 0 and "arithmetic" in r.stdout and "code" in r.stdout
-    r = run("tasks", "chess")
+    r = run("tasks", "show", "chess")
     assert r.returncode == 2 and "unknown task domain" in r.stderr
+    r = run("tasks", "chess")  # one parser: an action or nothing, no domain taken for `show`
+    assert r.returncode == 2 and "invalid choice: 'chess'" in r.stderr
+
+
+def test_tasks_is_one_tree_whose_help_lists_every_action(capsys):
+    """`check terminal` is the check of the terminal domain like `check sorting` (the shipped set's
+    own check is check-shipped): one parser, so an option of another action is an error."""
+    from tempering.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["tasks", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and all(f"    {a} " in out for a in ("list", "show", "sample", "score", "check",
+                                                                  "check-shipped", "run-folder", "import"))
+    with pytest.raises(SystemExit) as e:
+        main(["tasks", "check", "terminal", "--sample", "4"])
+    assert e.value.code == 2 and "unrecognized arguments: --sample 4" in capsys.readouterr().err
 
 
 def test_a_stall_names_the_component_without_a_traceback(tmp_path):

@@ -37,11 +37,64 @@ def test_sample_hides_the_answer_unless_asked_and_score_rates_an_answer(tmp_path
     answer.write_text("nope")
     out = json.loads(tasks("score", "sorting", "--seed", "5", "--answer-file", str(answer), "--json").stdout)
     assert out["components"]["outcome"] == 0.0 and out["reason"] == "wrong answer"
-    # a multi-turn answer runs its tool calls
+    # a multi-turn answer, asked for with --turns-file, runs its tool calls
     files = json.loads(tasks("sample", "files", "--seed", "2", "--json", "--with-answer").stdout)
     answer.write_text(json.dumps({"turns": files["reference"]}))
-    out = json.loads(tasks("score", "files", "--seed", "2", "--answer-file", str(answer), "--json").stdout)
+    out = json.loads(tasks("score", "files", "--seed", "2", "--turns-file", str(answer), "--json").stdout)
     assert out["components"]["outcome"] == 1.0 and out["components"]["valid_calls"] == 1.0
+    # the same file as --answer-file is a final answer like any other: JSON junk scores 0, no error
+    r = tasks("score", "files", "--seed", "2", "--answer-file", str(answer), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["components"]["outcome"] == 0.0, r.stderr
+    answer.write_text('{"turn": []}')
+    r = tasks("score", "files", "--seed", "2", "--turns-file", str(answer))
+    assert r.returncode == 2 and r.stderr.startswith(f"error: --turns-file {answer}: ") and "Traceback" not in r.stderr
+
+
+def test_an_answer_that_is_a_json_object_is_the_answer_text(tmp_path):
+    """reasoning/codeio's answers are JSON objects: its reference, read from a file, scores 1, and
+    its bare answer (a JSON object without the <answer> tags the domain asks for) scores 0."""
+    task = json.loads(tasks("sample", "reasoning/codeio", "--seed", "1", "--json", "--with-answer").stdout)
+    assert task["answer"].startswith("{") and task["reference"] == f"<answer>{task['answer']}</answer>"
+    answer = tmp_path / "a.txt"
+    for text, outcome in ((task["reference"], 1.0), (task["answer"], 0.0)):
+        answer.write_text(text)
+        r = tasks("score", "reasoning/codeio", "--seed", "1", "--answer-file", str(answer), "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["components"]["outcome"] == outcome, r.stderr
+
+
+def test_the_answers_batch_gives_what_single_calls_give_and_names_its_bad_lines(tmp_path):
+    """One call scores many answers: each valid line's result is the single call's (the oracle),
+    with its line; a line that cannot be scored is an error naming it, and the rest go on."""
+    files = json.loads(tasks("sample", "files", "--seed", "2", "--json", "--with-answer").stdout)
+    codeio = json.loads(tasks("sample", "reasoning/codeio", "--seed", "1", "--json", "--with-answer").stdout)
+    good = [("sorting", 5, {"answer": "03578"}), ("sorting", 5, {"answer": "nope"}),
+            ("files", 2, {"turns": files["reference"]}), ("reasoning/codeio", 1, {"answer": codeio["reference"]}),
+            ("reasoning/codeio", 1, {"answer": codeio["answer"]}), ("sorting", 9, {"answer": '{"turns": ["1"]}'})]
+    lines = [json.dumps({"domain": d, "seed": s, **a}) for d, s, a in good]
+    lines[3:3] = ["", "not json", json.dumps({"domain": "chess", "seed": 1, "answer": "e4"}),
+                  json.dumps({"domain": "sorting", "seed": 5}), json.dumps([1])]
+    batch = tmp_path / "answers.jsonl"
+    batch.write_text("\n".join(lines) + "\n")
+    r = tasks("score", "--answers", str(batch))
+    assert r.returncode == 1, r.stderr  # the bad lines
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["line"] for row in rows] == [1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    errors = {row["line"]: row["error"] for row in rows if "error" in row}
+    assert sorted(errors) == [5, 6, 7, 8] and all(e.startswith(f"line {n}: ") for n, e in errors.items())
+    assert "not JSON" in errors[5] and "unknown task domain 'chess'" in errors[6] and '"answer"' in errors[7]
+    answer = tmp_path / "a.txt"
+    scored = [row for row in rows if "error" not in row]
+    for (domain, seed, given), row in zip(good, scored):
+        if "turns" in given:
+            answer.write_text(json.dumps({"turns": given["turns"]}))
+            single = tasks("score", domain, "--seed", str(seed), "--turns-file", str(answer), "--json")
+        else:
+            answer.write_text(given["answer"])
+            single = tasks("score", domain, "--seed", str(seed), "--answer-file", str(answer), "--json")
+        assert {"line": row["line"]} | json.loads(single.stdout) == row
+    assert [row["components"]["outcome"] for row in scored] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    assert tasks("score", "sorting", "--seed", "5", "--answers", str(batch)).returncode == 2
+    assert tasks("score", "sorting", "--answer-file", str(answer)).returncode == 2  # no --seed
 
 
 def test_check_passes_good_domains_and_names_a_broken_one():

@@ -178,7 +178,7 @@ def resolve_task(spec: Any, task_dirs: tuple[str, ...]) -> Task:
         return _with_id(folder_task(catalog.folder(info.name), info.agent_timeout_sec))
     if "folder" in spec:
         return _with_id(_folder(spec["folder"], task_dirs))
-    from tempering.tasks.check import draw
+    from tempering.oracle import draw
 
     seed = spec.get("seed", 0)
     if type(seed) is not int:

@@ -17,10 +17,10 @@ from serve_helpers import host_cmdlines_containing, serving, wait_until
 
 from tempering.config import SandboxConfig, ServeConfig
 from tempering.models.scripted import scripted_policy
+from tempering.oracle import draw
 from tempering.sandbox.toolchain import MANIFEST, default_dir
 from tempering.serve.traffic import read_served
 from tempering.tasks import get_domain
-from tempering.tasks.check import draw
 
 needs_sandbox = pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap") or not (default_dir() / MANIFEST).is_file(),
                                    reason="needs bubblewrap and the toolchain (scripts/setup.sh)")

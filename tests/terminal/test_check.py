@@ -1,4 +1,4 @@
-"""`tempering tasks check terminal`: the shipped tasks' oracles score 1 and no-ops 0 (CI runs a
+"""`tempering tasks check-shipped terminal`: the shipped tasks' oracles score 1 and no-ops 0 (CI runs a
 fixed sample; bench/terminal_tasks.py runs them all); a task that cannot pass says why."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None or not (default_di
 
 
 def check(*args):
-    return subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", "check", "terminal", "--json", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "tempering.cli", "tasks", "check-shipped", "terminal", "--json",
+                           *args], capture_output=True, text=True, timeout=600)
 
 
 def test_a_fixed_sample_of_shipped_tasks_passes_the_check():

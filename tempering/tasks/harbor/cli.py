@@ -1,8 +1,8 @@
-"""`tempering tasks run-folder` and `tempering tasks import`: Harbor task folders from the shell.
+"""`tempering tasks run-folder`, `import` and `check-shipped`: Harbor task folders from the shell.
 
     tempering tasks run-folder PATH [--solution FILE] [--json] [--config FILE] [--set KEY=VALUE]...
     tempering tasks import DIR... [--oracle] [--noop] [--no-build] [--json] [--config FILE] [--set ...]
-    tempering tasks check terminal [--sample N [--seed S] | --tasks NAME...] [--json]
+    tempering tasks check-shipped terminal [--sample N [--seed S] | --tasks NAME...] [--json]
 
 run-folder sets a folder's environment up in a sandbox session, runs the solution script
 (default solution/solve.sh; FILE is mounted alone as /solution/solve.sh) and verifies in a
@@ -13,8 +13,9 @@ toolchain lacks, a RUN line that failed) or a sandbox that cannot start; 1 when 
 failed during the trial. import checks every task folder under the DIRs (`importer.scan`) and
 prints one line per folder, runnable or skipped with the reason (`--json`: one JSON object per
 line), and a count on stderr; it exits 0 once the scan ran, 2 for bad arguments or no folders.
-check runs a shipped task set's oracles (each must score 1) and a no-op (0) for each task, or a
-sample of them; it exits 1 when any task does not.
+check-shipped runs a shipped task set's oracles (each must score 1) and a no-op (0) for each task, or a
+sample of them; it exits 1 when any task does not. `add_parsers` puts them in `tempering tasks`'s
+tree (`tempering.tasks_cli`).
 """
 
 from __future__ import annotations
@@ -34,14 +35,11 @@ from tempering.tasks.harbor.folder import Unrunnable, load
 from tempering.tasks.harbor.importer import scan
 from tempering.tasks.harbor.trial import check_needs, run_trial
 
-ACTIONS = ("run-folder", "import", "check")
-SHIPPED = ("terminal",)  # the shipped task sets `check` knows
+SHIPPED = ("terminal",)  # the shipped task sets `check-shipped` knows
 
 
-def main(argv: list[str]) -> int:
-    """`argv` starts with the action (run-folder or import)."""
-    parser = argparse.ArgumentParser(prog="tempering tasks", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="action", required=True)
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register run-folder, import and check-shipped on `tempering tasks`'s subparsers."""
     p = sub.add_parser("run-folder", help="set up a task folder, run its solution, verify; print the reward")
     p.add_argument("path")
     p.add_argument("--solution", metavar="FILE", help="a script to run instead of solution/solve.sh")
@@ -54,15 +52,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--no-build", action="store_true", help="do not build environments (no sandbox)")
     _common(p)
     p.set_defaults(handler=import_folders)
-    p = sub.add_parser("check", help="run every shipped task's oracle (reward 1) and a no-op (reward 0)")
+    p = sub.add_parser("check-shipped", help="run every shipped task's oracle (reward 1) and a no-op (reward 0)")
     p.add_argument("set", choices=SHIPPED)
     p.add_argument("--sample", type=int, metavar="N", help="only N tasks, drawn with --seed (default: all)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tasks", nargs="+", metavar="NAME", help="only these tasks")
     _common(p)
     p.set_defaults(handler=check_shipped)
-    args = parser.parse_args(argv)
-    return args.handler(args)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -78,7 +74,7 @@ def _sandbox_config(args: argparse.Namespace):
     return dataclasses.replace(cfg, workers=1)
 
 
-def run_folder(args: argparse.Namespace) -> int:
+def run_folder(args: argparse.Namespace, _rest: list[str] | None = None) -> int:
     try:
         cfg = _sandbox_config(args)
         task = load(args.path)
@@ -118,7 +114,7 @@ def _cannot(args: argparse.Namespace, reason: str, code: int) -> int:
     return code
 
 
-def import_folders(args: argparse.Namespace) -> int:
+def import_folders(args: argparse.Namespace, _rest: list[str] | None = None) -> int:
     try:
         cfg = _sandbox_config(args)
         tc = toolchains.locate(cfg.toolchain)
@@ -148,7 +144,7 @@ def import_folders(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_shipped(args: argparse.Namespace) -> int:
+def check_shipped(args: argparse.Namespace, _rest: list[str] | None = None) -> int:
     """Every chosen shipped task: its oracle must score 1, a no-op 0. Exits 0 when all do, 1
     when any does not (each listed with why), 2 for bad arguments or a sandbox that cannot start."""
     import random
