@@ -164,7 +164,12 @@ def with_tool_schemas(messages: Sequence[Message], tools: list[dict]) -> list[Me
 
 
 def _call_text(call: ToolCall) -> str:
-    return "\n<tool_call>\n" + json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False) + "\n</tool_call>"
+    return "\n" + hermes_call(call)
+
+
+def hermes_call(call: ToolCall) -> str:
+    """One call as the hermes form writes it (the tool parser `hermes` reads it back)."""
+    return "<tool_call>\n" + json.dumps({"name": call.name, "arguments": dict(call.arguments)}, ensure_ascii=False) + "\n</tool_call>"
 
 
 def _message_dict(m: Message) -> dict:

@@ -29,7 +29,8 @@ def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task], fmt: ToolFormat | Non
     rows = []
     for i, t in enumerate(tasks):
         if t.tools:
-            sample = reference_episode(t, tokenizer, fmt).trajectory(" ".join(t.reference_turns))
+            turns = [fmt.in_format(turn, t) for turn in t.reference_turns] if fmt else list(t.reference_turns)
+            sample = reference_episode(t, tokenizer, fmt, turns).trajectory(" ".join(turns))
         else:
             target = tokenizer.encode(t.reference or "") + [tokenizer.eos_id]
             sample = Trajectory(task_id=t.id, domain=t.domain, sample_index=0,
@@ -40,14 +41,19 @@ def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task], fmt: ToolFormat | Non
     return pack(rows, tokenizer.pad_id)
 
 
-def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None) -> Episode:
+def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None,
+                      turns: Sequence[str] | None = None) -> Episode:
+    """`task`'s reference played as a rollout would play it: `turns` (the reference turns in the
+    run's tool format; by default those of `task.reference_turns`)."""
     if fmt is None:
         raise ValueError(f"task {task.id} has tools: its SFT example needs a tool format")
     hosts = Environments(None).open(task, 1, GroupKey("sft"))
     tools = tool_schemas(task) if tokenizer.chat_template else None
     episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                       1 << 30, fmt.parse, fmt.renderer, hosts[0] if hosts else None)
-    return replay(episode, task.reference_turns, tokenizer)
+    if turns is None:
+        turns = [fmt.in_format(turn, task) for turn in task.reference_turns]
+    return replay(episode, turns, tokenizer)
 
 
 def fitting(examples: Sequence[Task], tokenizer: Tokenizer, max_len: int) -> list[Task]:

@@ -158,3 +158,28 @@ def test_sft_replays_the_references_with_their_tool_results():
     for row, task in enumerate(tasks):
         model_tokens = sum(len(TOK.encode(turn)) + 1 for turn in task.reference_turns)
         assert int(batch.loss_mask[row].sum()) == model_tokens
+
+
+def test_sft_writes_the_references_calls_in_the_runs_tool_format(tmp_path):
+    """A chat model's run (hermes calls, a ChatML template that does not print tools): the
+    reference's compact calls (`$read_page 1`) are replayed as <tool_call> JSON with the tool's
+    parameter names, parse back to the same calls, and their results follow as tool turns."""
+    from tokenizer_builders import QWEN2_CONFIG, qwen2_style, write_folder
+
+    from tempering.agent.parsers import compact, hermes
+    from tempering.agent.tools import bind_arguments, tools_for
+    from tempering.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(write_folder(tmp_path / "tok", qwen2_style(), QWEN2_CONFIG))
+    fmt = tool_format("auto", tok)
+    task = tasks_of("finance/ratios")[0]
+    turns = [fmt.in_format(turn, task) for turn in task.reference_turns]
+    assert fmt.name == "hermes" and len(turns) == len(task.reference_turns) >= 2
+    for ref, written in zip(task.reference_turns[:-1], turns):
+        (want,), (got,) = compact(ref), hermes(written)
+        assert (got.name, dict(got.arguments)) == (want.name, bind_arguments(tools_for(task)[want.name], want.arguments))
+    assert turns[-1] == task.reference_turns[-1]  # the final answer calls nothing
+    batch = sft_batch(tok, [task], fmt)
+    text = tok.decode(batch.input_ids[0].tolist(), skip_special_tokens=False)
+    assert "<tools>" in text and text.count("<|im_start|>tool\n") == len(turns) - 1
+    assert int(batch.loss_mask[0].sum()) == sum(len(tok.encode(turn)) + 1 for turn in turns)
