@@ -107,6 +107,27 @@ def test_pool_recovers_when_every_worker_is_stuck(slow):
     svc.close()
 
 
+def test_submit_returns_at_once_and_its_future_completes_when_the_verifiers_answer(slow):
+    svc = service(RewardConfig(timeout_s=60.0, workers=2))
+    future = svc.submit([Submission(task("test/slow"), sample("1")), Submission(task(), sample("42"))])
+    assert not future.done()  # the slow verifier holds it; nothing waited for it
+    slow.release.set()
+    late, fine = future.result(timeout=60)
+    assert slow.finished.is_set() and late.outcome == 1.0 and fine.outcome == 1.0
+    svc.close()
+
+
+def test_a_deadline_completes_the_future_of_a_verifier_that_never_returns(slow):
+    svc = service(RewardConfig(timeout_s=0.3, workers=2))
+    settled = threading.Event()
+    future = svc.submit([Submission(task("test/slow"), sample("1"))])
+    future.add_done_callback(lambda f: settled.set())
+    assert settled.wait(60) and not slow.finished.is_set()
+    (late,) = future.result()
+    assert late.failed and "timed out after 0.3 s" in late.reason
+    svc.close()
+
+
 def test_program_output_runs_in_the_sandbox():
     svc = service(sandbox=UnisolatedSandbox())
     t = task("code", answer="14")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import multiprocessing as mp
 import threading
 import time
@@ -24,6 +25,7 @@ import pebble
 from tempering.config import RewardConfig
 from tempering.errors import UserError
 from tempering.records import ExecReason, Reward, Task, Trajectory
+from tempering.reward.deadlines import Deadlines
 from tempering.reward.graders import Graders
 from tempering.reward.process import process_components
 from tempering.verdict import InfrastructureError, Verdict, Verifier, VerifierContext
@@ -50,6 +52,8 @@ class RewardService:
         self.context = VerifierContext(tokenizer, sandbox)
         self._pool = cf.ThreadPoolExecutor(cfg.workers, thread_name_prefix="verifier")
         self._stuck = 0  # workers still occupied by verifiers that timed out
+        self._deadlines = Deadlines("verifier deadlines")
+        self._active: set[_Scoring] = set()  # scorings submitted and not yet verified
         self._processes: pebble.ProcessPool | None = None  # for heavy verifiers, started on first use
         self._pending: set[cf.Future] = set()  # heavy verifications waited for in verifier threads
         self._lock = threading.Lock()
@@ -61,44 +65,53 @@ class RewardService:
         which overlap the verifiers and each other)."""
         return self.graders.take_seconds() if self.graders else {}
 
-    def score(self, items: Sequence[Submission]) -> list[Reward]:
-        """The reward of each submitted sample, in order."""
+    def submit(self, items: Sequence[Submission]) -> cf.Future[list[Reward]]:
+        """Start scoring `items`; never waits. -> a future of each item's reward, in order, done
+        once every verifier answered or passed its deadline and the graders answered."""
         self._renew_pool_if_exhausted()
-        started: dict[int, float] = {}
-        lock = threading.Lock()
+        scoring = _Scoring(self, items, self._grade(items))
+        with self._lock:
+            self._active.add(scoring)
+        for i, item in enumerate(items):
+            self._pool.submit(self._verify, scoring, i, item).add_done_callback(functools.partial(scoring.verified, i))
+        if not items:
+            scoring.verified_all()
+        return scoring.future
 
-        def call(i: int, item: Submission) -> Verdict:
-            task, sample = item.task, item.sample
-            try:
-                domain = get_domain(task.domain)
-            except UserError as e:
-                raise InfrastructureError(f"task {task.id}: {e}") from None
-            with lock:
-                # A heavy verifier's own deadline runs in its process from the moment it starts
-                # there; this one only backs it up, past the time a worker process may take to
-                # spawn (it imports the package: seconds on a loaded machine).
-                started[i] = time.monotonic() + (_PROCESS_START_S if domain.heavy else 0.0)
-            broken = [c.result.error for c in sample.tool_calls
-                      if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
-            if broken:
-                raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
-            ctx = dataclasses.replace(self.context, workspace=item.workspace, tag=item.tag)
-            verdict = self._heavy(domain.verify, task, sample, ctx) if domain.heavy else domain.verify(task, sample, ctx)
-            return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
+    def score(self, items: Sequence[Submission]) -> list[Reward]:
+        """The reward of each submitted sample, in order (`submit`, waited for: every verifier
+        call has a deadline, so the wait ends)."""
+        return self.submit(items).result()
 
-        grading = self._grade(items)
-        futures = [self._pool.submit(call, i, item) for i, item in enumerate(items)]
-        rewards: list[Reward | None] = [None] * len(items)
-        while any(r is None for r in rewards):
-            cf.wait([f for f, r in zip(futures, rewards) if r is None], timeout=0.05,
-                    return_when=cf.FIRST_COMPLETED)
-            now = time.monotonic()
-            for i, fut in enumerate(futures):
-                if rewards[i] is None:
-                    rewards[i] = self._settle(fut, started.get(i), now, items[i].task)
-            if all(r is not None or i not in started for i, r in enumerate(rewards)) and self._all_stuck():
-                rewards = [r or _failure("verifier pool exhausted by timed-out verifiers") for r in rewards]
-        return self._with_grades(rewards, grading, items)  # type: ignore[arg-type]
+    def _verify(self, scoring: _Scoring, i: int, item: Submission) -> Verdict:
+        """In a verifier thread: item `i`'s verdict; its deadline runs from here."""
+        task, sample = item.task, item.sample
+        try:
+            domain = get_domain(task.domain)
+        except UserError as e:
+            raise InfrastructureError(f"task {task.id}: {e}") from None
+        # A heavy verifier's own deadline runs in its process from the moment it starts there;
+        # this one only backs it up, past the time a worker process may take to spawn (it
+        # imports the package: seconds on a loaded machine).
+        slack = _PROCESS_START_S if domain.heavy else 0.0
+        scoring.started(i)
+        self._deadlines.at(time.monotonic() + self.cfg.timeout_s + slack, functools.partial(scoring.expired, i))
+        broken = [c.result.error for c in sample.tool_calls
+                  if c.result is not None and c.result.reason == ExecReason.SANDBOX_ERROR]
+        if broken:
+            raise InfrastructureError(f"a tool call's sandbox failed: {broken[0]}")
+        ctx = dataclasses.replace(self.context, workspace=item.workspace, tag=item.tag)
+        verdict = self._heavy(domain.verify, task, sample, ctx) if domain.heavy else domain.verify(task, sample, ctx)
+        return Verdict({**verdict.components, **process_components(task, sample)}, verdict.reason)
+
+    def _timed_out(self) -> None:
+        """A verifier passed its deadline and keeps its thread; once every thread is held so,
+        what waits for one fails (the next `submit` starts a fresh pool)."""
+        with self._lock:
+            self._stuck += 1
+            active = list(self._active) if self._all_stuck() else []
+        for scoring in active:
+            scoring.fail_waiting("verifier pool exhausted by timed-out verifiers")
 
     def _grade(self, items: Sequence[Submission]) -> cf.Future | None:
         if self.graders is None or not any(self.graders.components(it.task.domain) for it in items):
@@ -123,6 +136,7 @@ class RewardService:
         return out
 
     def close(self) -> None:
+        self._deadlines.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         if self.graders is not None:
             self._grading.shutdown(wait=False, cancel_futures=True)
@@ -168,19 +182,6 @@ class RewardService:
             with self._lock:
                 self._pending.discard(future)
 
-    def _settle(self, fut: cf.Future, start: float | None, now: float, task: Task) -> Reward | None:
-        if fut.done():
-            try:
-                return self._combine(fut.result(), task.domain)
-            except InfrastructureError as e:
-                return _failure(str(e))
-            except Exception as e:  # noqa: BLE001 - verifier code is a fault boundary
-                return _failure(f"verifier of {task.domain} crashed: {type(e).__name__}: {e}")
-        if start is not None and now - start > self.cfg.timeout_s:
-            self._stuck += 1
-            return _failure(f"verifier of {task.domain} timed out after {self.cfg.timeout_s:g} s")
-        return None
-
     def _combine(self, verdict: Verdict, domain: str) -> Reward:
         own = {**self.cfg.weights, **self.cfg.domain_weights.get(domain, {})}
         weights = {k: own.get(k, 0.0) for k in verdict.components}
@@ -192,10 +193,12 @@ class RewardService:
 
     def _renew_pool_if_exhausted(self) -> None:
         # Timed-out verifiers keep their threads; once they hold every worker, start afresh.
-        if self._all_stuck():
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            if not self._all_stuck():
+                return
+            old, self._stuck = self._pool, 0
             self._pool = cf.ThreadPoolExecutor(self.cfg.workers, thread_name_prefix="verifier")
-            self._stuck = 0
+        old.shutdown(wait=False, cancel_futures=True)
 
 
 _PROCESS_START_S = 60.0  # the most a heavy verifier's worker process may take to start
@@ -208,6 +211,71 @@ def _keep_tokenizer(tokenizer: Tokenizer) -> None:
 
 def _verify_there(verify: Verifier, task: Task, sample: Trajectory, workspace: Any, tag: ExecTag) -> Verdict:
     return verify(task, sample, VerifierContext(_TOKENIZER[0], None, workspace, tag))
+
+
+class _Scoring:
+    """One `submit`: its items' rewards as they settle (answered, failed or past the deadline,
+    whichever comes first), then the graders' grades, then its future."""
+
+    def __init__(self, service: RewardService, items: Sequence[Submission], grading: cf.Future | None):
+        self.service, self.items, self.grading = service, list(items), grading
+        self.rewards: list[Reward | None] = [None] * len(items)
+        self.began = [False] * len(items)
+        self.left = len(items)
+        self.lock = threading.Lock()
+        self.future: cf.Future[list[Reward]] = cf.Future()
+
+    def started(self, i: int) -> None:
+        with self.lock:
+            self.began[i] = True
+
+    def verified(self, i: int, fut: cf.Future) -> None:
+        domain = self.items[i].task.domain
+        try:
+            reward = self.service._combine(fut.result(), domain)
+        except InfrastructureError as e:
+            reward = _failure(str(e))
+        except Exception as e:  # noqa: BLE001 - verifier code is a fault boundary
+            reward = _failure(f"verifier of {domain} crashed: {type(e).__name__}: {e}")
+        self._settle(i, reward)
+
+    def expired(self, i: int) -> None:
+        timeout = self.service.cfg.timeout_s
+        if self._settle(i, _failure(f"verifier of {self.items[i].task.domain} timed out after {timeout:g} s")):
+            self.service._timed_out()
+
+    def fail_waiting(self, reason: str) -> None:
+        """Every item whose verifier has not started fails with `reason`."""
+        with self.lock:
+            waiting = [i for i, began in enumerate(self.began) if not began]
+        for i in waiting:
+            self._settle(i, _failure(reason))
+
+    def _settle(self, i: int, reward: Reward) -> bool:
+        """The first settlement of item `i` counts. -> whether this was it."""
+        with self.lock:
+            if self.rewards[i] is not None:
+                return False
+            self.rewards[i] = reward
+            self.left -= 1
+            last = self.left == 0
+        if last:
+            self.verified_all()
+        return True
+
+    def verified_all(self) -> None:
+        with self.service._lock:
+            self.service._active.discard(self)
+        if self.grading is None:
+            self._finish(None)
+        else:
+            self.grading.add_done_callback(self._finish)
+
+    def _finish(self, grading: cf.Future | None) -> None:
+        try:
+            self.future.set_result(self.service._with_grades(self.rewards, grading, self.items))  # type: ignore[arg-type]
+        except BaseException as e:  # noqa: BLE001 - a bug: the waiter re-raises it with its traceback
+            self.future.set_exception(e)
 
 
 def _failure(reason: str) -> Reward:

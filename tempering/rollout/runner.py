@@ -4,13 +4,14 @@ A group is the n samples of one task. Its first turn is one engine request with 
 share the prompt's KV); every later turn of a sample is a request of its own, whose prompt is the
 sample's whole context so far (the prefix cache serves what was computed before). The moment a
 sample's turn ends, its tool calls go to a thread; the moment their results are back, its next
-turn is queued; the moment the last sample of a group ends, the group goes to the reward service
-in a thread; scored groups come out of `poll`. Nothing waits for the slowest sample of a batch,
-and the engine keeps stepping while tools and verifiers run. Opening a group's workspaces
-(sandbox sessions, a Harbor environment's set-up) also runs in a thread.
+turn is queued; the moment the last sample of a group ends, the group is submitted to the reward
+service, whose future posts it back scored; scored groups come out of `poll`. Nothing waits for
+the slowest sample of a batch, and the engine keeps stepping while tools and verifiers run.
+Opening a group's workspaces (sandbox sessions, a Harbor environment's set-up) runs in a thread.
+Threads and futures report through one queue of `RunnerEvent`s.
 
 Only the thread calling `poll` touches the engine. It knows nothing of batches, weights or
-evaluation labels: a group carries an opaque `key` back to the caller. In `lockstep`
+evaluation labels: a group carries its `GroupKey` back to the caller. In `lockstep`
 (run.deterministic) it gives up that overlap for a schedule that repeats: after each engine step
 it waits for every workspace opening and tool call in flight, and queues the turns they lead to
 in the order the groups started (and by sample), so the engine sees the same requests at the
@@ -25,18 +26,20 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence, assert_never
 
 from tempering.agent.format import tool_format
 from tempering.agent.observation import ObservationRenderer
 from tempering.agent.tools import execute, tool_schemas
 from tempering.engine import LLM, SamplingParams
-from tempering.records import Group, Task, ToolCall
+from tempering.records import Group, Reward, Task, ToolCall, Trajectory
 from tempering.reward import RewardService, Submission
 from tempering.rollout.environment import Environments
 from tempering.rollout.group_key import GroupKey
 from tempering.rollout.episode import Episode
 from tempering.runtime import Stall
+from tempering.sandbox import Sandbox
+from tempering.scheduler.node import NodeSandbox
 from tempering.tasks.host import ToolHost
 from tempering.tokenizer import Tokenizer
 
@@ -53,6 +56,43 @@ class _Group:
     seq: int = 0  # the order it started in
     scoring: bool = False
     hosts: list[ToolHost] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A group's workspaces are open (None: its task has no tools)."""
+
+    group: _Group
+    hosts: list[ToolHost] | None
+
+
+@dataclass(frozen=True)
+class ToolsDone:
+    """A sample's tool calls of its last turn came back."""
+
+    group: _Group
+    episode: Episode
+    calls: list[ToolCall]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The reward service settled a group's samples (`rewards` is done)."""
+
+    group: _Group
+    trajectories: list[Trajectory]
+    rewards: cf.Future[list[Reward]]
+    submitted: float  # perf_counter at the submit: the group's scoring time
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A thread's work raised: `poll` raises it again."""
+
+    error: BaseException
+
+
+RunnerEvent = Opened | ToolsDone | Scored | Failed
 
 
 class EpisodeRunner:
@@ -82,7 +122,7 @@ class EpisodeRunner:
         self._context = cfg.max_seq_len if cfg.sliding_window else min(cfg.max_seq_len, arch.max_position_embeddings)
 
     @classmethod
-    def build(cls, engine: LLM, tokenizer: Tokenizer, reward: RewardService, sandbox: Any = None,
+    def build(cls, engine: LLM, tokenizer: Tokenizer, reward: RewardService, sandbox: Sandbox | NodeSandbox | None = None,
               tool_parser: str = "auto", workers: int = 4, lockstep: bool = False,
               settle_s: float = 300.0) -> "EpisodeRunner":
         """A runner whose tool calls use `tool_parser` (`rollout.tool_parser`) and whose episodes
@@ -136,7 +176,7 @@ class EpisodeRunner:
         group = _Group(key, task, episodes, params, seq=self._started)
         self._started += 1
         self._groups.append(group)
-        self._in_thread(self._open, group)
+        self._in_thread(lambda: self._open(group), "open")
 
     def poll(self, timeout: float) -> list[tuple[GroupKey, Group]]:
         """Advance every group: one engine step (or, with nothing to generate, a wait of up to
@@ -150,14 +190,14 @@ class EpisodeRunner:
         if self.lockstep:
             return self._poll_lockstep(timeout)
         wait = timeout if self._pending_tasks and not self.engine.has_unfinished() else 0.0
-        done: list[tuple[Any, Group]] = []
+        done: list[tuple[GroupKey, Group]] = []
         while True:
             try:
                 event = self._events.get(timeout=wait) if wait else self._events.get_nowait()
             except queue.Empty:
                 return done
             wait = 0.0
-            result = self._dispatch(*event)
+            result = self._dispatch(event)
             if result is not None:
                 done.append(result)
 
@@ -174,12 +214,12 @@ class EpisodeRunner:
             self._close_hosts(g)
         self._groups.clear()
 
-    def _poll_lockstep(self, timeout: float) -> list[tuple[Any, Group]]:
+    def _poll_lockstep(self, timeout: float) -> list[tuple[GroupKey, Group]]:
         """`poll`'s second half in lockstep: every opening and tool call in flight is waited for,
         then all events are handled in the order of their groups' start and their samples'."""
-        events: list[tuple] = []
+        events: list[RunnerEvent] = []
         deadline = time.monotonic() + self._settle_s
-        while self._feeding > sum(e[0] in (self._opened, self._results, _raise) for e in events):
+        while self._feeding > sum(not isinstance(e, Scored) for e in events):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise Stall(f"episode runner: {self._feeding} workspace openings or tool calls unfinished after "
@@ -196,15 +236,26 @@ class EpisodeRunner:
             except queue.Empty:
                 break
             wait = 0
-        done = [self._dispatch(*e) for e in sorted(events, key=_event_order)]
+        done = [self._dispatch(e) for e in sorted(events, key=_event_order)]
         return [d for d in done if d is not None]
 
     # -- in the polling thread ---------------------------------------------------------------------
-    def _dispatch(self, handler: Callable, *args) -> Any:
+    def _dispatch(self, event: RunnerEvent) -> tuple[GroupKey, Group] | None:
         self._pending_tasks -= 1
-        if handler.__name__ in ("_opened", "_results"):
-            self._feeding -= 1
-        return handler(*args)
+        match event:
+            case Opened(group, hosts):
+                self._feeding -= 1
+                self._opened(group, hosts)
+            case ToolsDone(group, episode, calls):
+                self._feeding -= 1
+                self._results(group, episode, calls)
+            case Scored():
+                return self._scored(event)
+            case Failed(error):
+                raise error
+            case _:
+                assert_never(event)
+        return None
 
     def _opened(self, group: _Group, hosts: list[ToolHost] | None) -> None:
         for ep, host in zip(group.episodes, hosts or ()):
@@ -232,7 +283,7 @@ class EpisodeRunner:
             calls = ep.add_turn(list(c.token_ids), list(c.logprobs), list(c.versions), c.finish_reason,
                                 self.tokenizer.decode(c.token_ids))
             if calls:
-                self._in_thread(self._call_tools, group, ep, calls)
+                self._in_thread(lambda ep=ep, calls=calls: self._call_tools(group, ep, calls), "tools")
             else:
                 self._maybe_score(group)
         if out.finished:
@@ -247,49 +298,50 @@ class EpisodeRunner:
             self._submit(group, [ep], ep.next_turn_tokens())
 
     def _maybe_score(self, group: _Group) -> None:
-        if not group.scoring and all(ep.done for ep in group.episodes):
-            group.scoring = True
-            self._in_thread(self._score, group)
+        """Submit a group whose samples all ended; its rewards come back as a `Scored` event."""
+        if group.scoring or not all(ep.done for ep in group.episodes):
+            return
+        group.scoring = True
+        self._pending_tasks += 1
+        trajectories = [ep.trajectory(self.tokenizer.decode(ep.token_ids)) for ep in group.episodes]
+        states = [h.final_state() for h in group.hosts] or [None] * len(trajectories)
+        submitted = time.perf_counter()
+        rewards = self.reward.submit([Submission(group.task, t, w, group.key.tag(group.task, i))
+                                      for i, (t, w) in enumerate(zip(trajectories, states))])
+        rewards.add_done_callback(lambda f: self._events.put(Scored(group, trajectories, f, submitted)))
 
-    def _scored(self, group: _Group, result: Group) -> tuple[GroupKey, Group]:
+    def _scored(self, event: Scored) -> tuple[GroupKey, Group]:
+        group = event.group
+        self._add("score", time.perf_counter() - event.submitted)
+        self._close_hosts(group)
         self._groups.remove(group)
-        return group.key, result
+        return group.key, Group(task=group.task, trajectories=event.trajectories, rewards=event.rewards.result())
 
     # -- in worker threads -------------------------------------------------------------------------
-    def _in_thread(self, fn: Callable, group: _Group, *args) -> None:
+    def _in_thread(self, work: Callable[[], RunnerEvent], phase: str) -> None:
+        """`work` in a thread; the event it returns (or its failure) goes to the queue."""
         self._pending_tasks += 1
-        kind = _KINDS[fn.__name__]
-        self._feeding += kind in ("open", "tools")
+        self._feeding += 1
 
-        def work() -> None:
+        def run() -> None:
             start = time.perf_counter()
             try:
-                self._events.put(fn(group, *args))
+                self._events.put(work())
             except BaseException as e:  # noqa: BLE001 - re-raised in the polling thread
-                self._events.put((_raise, e))
+                self._events.put(Failed(e))
             finally:
-                self._add(kind, time.perf_counter() - start)
+                self._add(phase, time.perf_counter() - start)
 
-        self._threads.submit(work)
+        self._threads.submit(run)
 
-    def _open(self, group: _Group) -> tuple:
-        return self._opened, group, self.open_hosts(group.task, len(group.episodes), group.key)
+    def _open(self, group: _Group) -> Opened:
+        return Opened(group, self.open_hosts(group.task, len(group.episodes), group.key))
 
-    def _call_tools(self, group: _Group, ep: Episode, calls: list[ToolCall]) -> tuple:
+    def _call_tools(self, group: _Group, ep: Episode, calls: list[ToolCall]) -> ToolsDone:
         turn = ep.num_assistant_turns - 1
         done = [execute(c, ep.task, ep.host, turn) if ep.host is not None
                 else dataclasses.replace(c, error="this task has no tools", error_kind="unknown_tool") for c in calls]
-        return self._results, group, ep, done
-
-    def _score(self, group: _Group) -> tuple:
-        trajectories = [ep.trajectory(self.tokenizer.decode(ep.token_ids)) for ep in group.episodes]
-        try:
-            states = [h.final_state() for h in group.hosts] or [None] * len(trajectories)
-            rewards = self.reward.score([Submission(group.task, t, w, group.key.tag(group.task, i))
-                                         for i, (t, w) in enumerate(zip(trajectories, states))])
-        finally:
-            self._close_hosts(group)
-        return self._scored, group, Group(task=group.task, trajectories=trajectories, rewards=rewards)
+        return ToolsDone(group, ep, done)
 
     def _close_hosts(self, group: _Group) -> None:
         hosts, group.hosts = group.hosts, []
@@ -297,19 +349,12 @@ class EpisodeRunner:
             self.close_host(h)
 
 
-_KINDS = {"_open": "open", "_call_tools": "tools", "_score": "score"}
 _PHASES = ("generate", "open", "tools", "score")
 
 
-def _raise(e: BaseException) -> None:
-    raise e
-
-
-def _event_order(event: tuple) -> tuple:
-    """A thread's event by its group's start and its sample (a failure first: it ends the run)."""
-    handler, *args = event
-    if handler is _raise:
-        return (-1, 0, 0)
-    group, ep = args[0], args[1] if len(args) > 1 and isinstance(args[1], Episode) else None
-    return (group.seq, ep.index if ep is not None else -1, handler.__name__)
-
+def _event_order(event: RunnerEvent) -> tuple:
+    """An event by its group's start and its sample (a failure first: it ends the run)."""
+    if isinstance(event, Failed):
+        return (-1, 0, "")
+    ep = event.episode if isinstance(event, ToolsDone) else None
+    return (event.group.seq, ep.index if ep is not None else -1, type(event).__name__)
