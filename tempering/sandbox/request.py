@@ -11,7 +11,7 @@ import re
 import signal
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
 from tempering.records import ExecReason, ExecResult
 from tempering.sandbox_paths import LAYER_MOUNT, MOUNT_RESERVED, WORKSPACE, within
@@ -174,12 +174,29 @@ class ExecRequest:
 class Abort:
     """Ends the runs it is passed to: `fire()`, from any thread, makes a run in progress end at
     once with reason `killed` (and every later run given it, before it starts). A pipe, so a
-    backend waits on it together with the job's output. `close()` once no run uses it."""
+    backend waits on it together with the job's output; a waiter that holds no descriptor (a job
+    queued for a slot) is told by `when_fired`. `close()` once no run uses it."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
         self.fired = False
+
+    def when_fired(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback` (quick, from the firing thread) when fired, now if it was. -> what
+        forgets it again."""
+        with self._lock:
+            if not self.fired:
+                self._listeners.append(callback)
+                return lambda: self._forget(callback)
+        callback()
+        return lambda: None
+
+    def _forget(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
 
     def fileno(self) -> int:
         return self._read
@@ -192,6 +209,9 @@ class Abort:
                     os.write(self._write, b"x")
                 except BlockingIOError:
                     pass  # the pipe is full: it is readable either way
+            listeners, self._listeners = self._listeners, []
+        for callback in listeners:
+            callback()
 
     def close(self) -> None:
         with self._lock:

@@ -24,9 +24,6 @@ from tempering.records import ExecReason, ExecResult
 from tempering.sandbox.request import Abort, ExecRequest, Sandbox
 from tempering.scheduler.local import Job, LocalScheduler, NodeStats
 
-_POLL_S = 0.05  # how often a waiting run looks at its abort
-
-
 class NodeSandbox:
     def __init__(self, backend: Sandbox, slots: int, memory_mb: int, default_memory_mb: int,
                  aging_s: float = 30.0, wait_s: float = 300.0, count_jobs: bool = False):
@@ -51,20 +48,25 @@ class NodeSandbox:
         key = tag.tenant or tag.domain or "-"  # what the quotas and priorities are of
         priority = self._priorities.get(key, 0) + (1 if tag.eval else 0)
         job = Job(key, priority, request.memory_mb or self._default_mb)
-        with self._cond:
-            self.local.submit(job, time.monotonic())
-            self._dispatch()
-            deadline = time.monotonic() + self._wait_s
-            while job.started is None:
-                late = time.monotonic() > deadline
-                if late or (abort is not None and abort.fired):
-                    self.local.cancel(job)
-                    self._dispatch()
-                    if late:
-                        return ExecResult(ExecReason.SANDBOX_ERROR, None, error=(
-                            f"waited {self._wait_s:g} s for one of the node's {self.local.slots} sandbox slots"))
-                    return ExecResult(ExecReason.KILLED, None, error="aborted while waiting for a sandbox slot")
-                self._cond.wait(_POLL_S)
+        forget = abort.when_fired(self._wake) if abort is not None else None  # a wait ends when it fires
+        try:
+            with self._cond:
+                self.local.submit(job, time.monotonic())
+                self._dispatch()
+                deadline = time.monotonic() + self._wait_s
+                while job.started is None:
+                    late = time.monotonic() > deadline
+                    if late or (abort is not None and abort.fired):
+                        self.local.cancel(job)
+                        self._dispatch()
+                        if late:
+                            return ExecResult(ExecReason.SANDBOX_ERROR, None, error=(
+                                f"waited {self._wait_s:g} s for one of the node's {self.local.slots} sandbox slots"))
+                        return ExecResult(ExecReason.KILLED, None, error="aborted while waiting for a sandbox slot")
+                    self._cond.wait(deadline - time.monotonic())  # woken by a slot freed or the abort
+        finally:
+            if forget is not None:
+                forget()
         try:
             result = self.backend.run(request, abort)
         finally:
@@ -95,6 +97,10 @@ class NodeSandbox:
 
     def close(self) -> None:
         self.backend.close()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _dispatch(self) -> None:
         """Start every job the local scheduler lets start now (their threads are waiting)."""

@@ -209,3 +209,15 @@ def test_a_run_waiting_longer_than_wait_s_is_a_sandbox_error(backend):
     assert queued(node) == 0 and samples(node) == ["hold/0"]
     hold.release()
     assert (node.report().running, node.local.memory_used) == (0, 0)
+
+
+def test_an_abort_tells_its_listeners_once_and_forgets_those_that_left():
+    abort, told = Abort(), []
+    abort.when_fired(lambda: told.append("waiting"))
+    forget = abort.when_fired(lambda: told.append("left"))
+    forget()
+    abort.fire()
+    abort.fire()
+    abort.when_fired(lambda: told.append("after"))  # already fired: told at once
+    assert told == ["waiting", "after"]
+    abort.close()
