@@ -14,7 +14,7 @@ judges that read a `JudgeItem` are `tempering.reward`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from tempering.records import Task, Trajectory
 from tempering.sandbox import Sandbox
@@ -40,7 +40,7 @@ class VerifierContext:
 
     tokenizer: Tokenizer
     sandbox: Sandbox | None = None
-    workspace: Any = None  # the episode's final workspace, or its domain's host state (a scene)
+    workspace: object = None  # the episode's final state (ToolHost.final_state): a workspace, or its domain's host
     tag: ExecTag = field(default_factory=ExecTag)  # carried by the sandbox executions of the check
 
 

@@ -18,7 +18,7 @@ import multiprocessing as mp
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 import pebble
 
@@ -42,7 +42,7 @@ class Submission:
 
     task: Task
     sample: Trajectory
-    workspace: Any = None
+    workspace: object = None  # the episode's final state (ToolHost.final_state)
     tag: ExecTag = field(default_factory=ExecTag)
 
 
@@ -209,7 +209,7 @@ def _keep_tokenizer(tokenizer: Tokenizer) -> None:
     _TOKENIZER[:] = [tokenizer]
 
 
-def _verify_there(verify: Verifier, task: Task, sample: Trajectory, workspace: Any, tag: ExecTag) -> Verdict:
+def _verify_there(verify: Verifier, task: Task, sample: Trajectory, workspace: object, tag: ExecTag) -> Verdict:
     return verify(task, sample, VerifierContext(_TOKENIZER[0], None, workspace, tag))
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from typing import Any
 
 from tempering.records import Task
 from tempering.rollout.group_key import GroupKey
-from tempering.sandbox import Sandbox
+from tempering.sandbox import Sandbox, SessionSpec, Workspace
 from tempering.sandbox_paths import WORKSPACE
 from tempering.tasks import get_domain
 from tempering.tasks.host import ToolHost, WorkspaceHost
@@ -29,7 +28,7 @@ _SETUP_CACHE = 64  # Harbor environments kept set up (their workspaces are small
 class Environments:
     def __init__(self, sandbox: Sandbox | None):
         self.sandbox = sandbox
-        self._setups: OrderedDict[str, Any] = OrderedDict()
+        self._setups: OrderedDict[str, SessionSpec] = OrderedDict()
 
     def open(self, task: Task, n: int, key: GroupKey, tenant: str = "") -> list[ToolHost] | None:
         """The workspaces of `n` episodes of `task` (None: it has no tools); `tenant` tags a
@@ -46,9 +45,6 @@ class Environments:
         if self.sandbox is None:
             raise RuntimeError(f"task {task.id} runs commands but no sandbox was started (its domain must say "
                                "sandbox=True)")
-        from tempering.sandbox.session import SessionSpec
-        from tempering.sandbox.workspace import Workspace
-
         if env is not None and env.folder:
             spec = self._harbor(env.folder)
         else:
@@ -65,7 +61,7 @@ class Environments:
         if close is not None:
             close()
 
-    def _harbor(self, folder: str) -> Any:
+    def _harbor(self, folder: str) -> SessionSpec:
         if folder not in self._setups:
             from tempering.tasks.harbor import setup_session_spec
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any, Callable
+from typing import Callable
 
 
 class _Queue:
     def __init__(self, maxsize: int):
-        self.items: deque[Any] = deque()
+        self.items: deque[object] = deque()
         self.maxsize = maxsize  # 0: unbounded, as multiprocessing's queues
         self.changed = asyncio.Condition()
 
@@ -53,7 +53,7 @@ class Hub:
     async def try_put(self, qid: int, box: list) -> bool:
         return await self.put(qid, box, 0.0)
 
-    async def get(self, qid: int, wait: float) -> tuple[bool, Any]:
+    async def get(self, qid: int, wait: float) -> tuple[bool, object]:
         """(True, the oldest item) if there is one within `wait` seconds, else (False, None)."""
         q = self._queues[qid]
         async with q.changed:

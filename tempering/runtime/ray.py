@@ -32,9 +32,11 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import ray
 import torch
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.actor import ActorHandle
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from tempering.errors import UserError
@@ -48,7 +50,7 @@ _ERRORS = ray.exceptions
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the headers of remote tracebacks
 
 
-def _answer(ref: Any, timeout: float, who: str) -> Any:
+def _answer(ref: ray.ObjectRef, timeout: float, who: str) -> Any:
     """ray.get with a deadline; the errors name `who` did not answer or died."""
     try:
         return ray.get(ref, timeout=timeout)
@@ -66,7 +68,7 @@ def _reason(error: Exception) -> str:
     return " ".join(line.strip() for line in str(error).splitlines() if line.strip() and not line.startswith("\t"))
 
 
-def _ready(ref: Any) -> bool:
+def _ready(ref: ray.ObjectRef) -> bool:
     return bool(ray.wait([ref], timeout=0)[0])
 
 
@@ -104,7 +106,7 @@ class _WorkerActor:
 
 
 class RayWorker:
-    def __init__(self, name: str, actor: Any, target: Callable[..., None], args: tuple, request: Resources,
+    def __init__(self, name: str, actor: ActorHandle, target: Callable[..., None], args: tuple, request: Resources,
                  start_timeout: float, call_timeout: float):
         self.name, self._actor = name, actor
         # an actor answers in order: `where` before `run`, which holds it until the target returns;
@@ -157,7 +159,7 @@ class RayWorker:
 class RayQueue(DeadlineQueue[T]):
     """A bounded queue in the hub; items cross by value (large ones belong in a blob)."""
 
-    def __init__(self, hub: Any, qid: int, name: str, call_timeout: float):
+    def __init__(self, hub: ActorHandle, qid: int, name: str, call_timeout: float):
         self._hub, self._id, self._name, self._call = hub, qid, name, call_timeout
 
     def _offer(self, item: T, wait: float, component: str) -> bool:
@@ -177,7 +179,7 @@ class RayQueue(DeadlineQueue[T]):
 class RayEvent:
     """An event in the hub, with the interface of multiprocessing's (waits need a timeout)."""
 
-    def __init__(self, hub: Any, eid: int, name: str, call_timeout: float):
+    def __init__(self, hub: ActorHandle, eid: int, name: str, call_timeout: float):
         self._hub, self._id, self._name, self._call = hub, eid, name, call_timeout
 
     def set(self) -> None:
@@ -197,13 +199,13 @@ class RayEvent:
 class _Tensors:
     """A state dict as flat bytes (numpy arrays go out of band: a get maps them, copying nothing)."""
 
-    arrays: dict[str, tuple[Any, torch.dtype, tuple[int, ...]]]
+    arrays: dict[str, tuple[np.ndarray, torch.dtype, tuple[int, ...]]]
 
 
 class RayBlob:
     """A snapshot in the object store; it travels to workers by queue or argument."""
 
-    def __init__(self, ref: Any):
+    def __init__(self, ref: ray.ObjectRef):
         self._ref = ref
 
     def get(self, timeout: float, component: str) -> Any:
@@ -223,7 +225,7 @@ class SlotGroup:
     name: str
     bundles: tuple[dict[str, float], ...]
     strategy: str
-    handle: Any
+    handle: PlacementGroup
 
 
 class RayRuntime:
@@ -289,7 +291,7 @@ class RayRuntime:
     def spawn(self, name: str, target: Callable[..., None], *args: object,
               resources: Resources | None = None) -> RayWorker:
         res = resources or Resources()
-        options: dict[str, Any] = {"num_cpus": res.cpus, "resources": dict(res.custom)}
+        options: dict[str, object] = {"num_cpus": res.cpus, "resources": dict(res.custom)}
         if res.group is not None:
             check_fits_group(name, res, res.group.name, res.group.bundles)
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(res.group.handle, res.bundle, True)

@@ -15,9 +15,11 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from types import FrameType
+from typing import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_Handler = Callable[[int, FrameType | None], object] | int | None  # what signal.getsignal returns
 
 
 class StopRequest:
@@ -26,7 +28,7 @@ class StopRequest:
         self.deadline = start + max_seconds if max_seconds else None
         self.reason = ""  # "SIGINT", "SIGTERM" or "run.max_seconds" once requested
         self._event = threading.Event()
-        self._previous: dict[int, Any] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def is_set(self) -> bool:
         """True once a signal arrived or the time budget is spent (the same interface as an Event,
@@ -51,7 +53,7 @@ class StopRequest:
             signal.signal(sig, handler)
         self._previous.clear()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self._event.is_set():
             raise KeyboardInterrupt(f"{name} while the run was already finishing")

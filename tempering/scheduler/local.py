@@ -17,7 +17,7 @@ import itertools
 import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 _LOG_RENORM = math.log(1e100)  # log of the growth factor at which every charge is scaled back down
 
@@ -27,7 +27,7 @@ class Job:
     domain: str
     priority: int = 0
     memory_mb: int = 0  # what it reserves of the node's memory while it runs; 0: nothing
-    payload: Any = None  # the caller's (the node's waiting thread, the benchmark's job)
+    payload: object = None  # the caller's (the node's waiting thread, the benchmark's job)
     # set by the scheduler
     id: int = -1
     submitted: float = 0.0

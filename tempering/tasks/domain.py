@@ -27,9 +27,9 @@ import inspect
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-from tempering.records import Task
+from tempering.records import Task, Trajectory
 from tempering.sandbox import Sandbox
 from tempering.tasks.host import Tool, ToolHost
 from tempering.verdict import JudgeItem, Verifier, VerifierContext
@@ -70,7 +70,7 @@ class Domain:
     check: Callable[[Task, Sandbox], tuple[float, float]] | None = None
     rubric: str = ""  # its own criteria for judges whose rubric is "domain"; "" = none
     # what reward models and judges grade: (task, sample, context with the final workspace) -> item
-    grade_item: Callable[[Task, Any, VerifierContext], JudgeItem] | None = None
+    grade_item: Callable[[Task, Trajectory, VerifierContext], JudgeItem] | None = None
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.name):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import importlib.metadata
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from tempering.errors import UserError
 from tempering.tasks.domain import Domain
@@ -37,7 +37,7 @@ def register(domains: Iterable[Domain], source: str = "") -> None:
         _DOMAINS[d.name] = d
 
 
-def _offered(obj: Any, source: str) -> list[Domain]:
+def _offered(obj: object, source: str) -> list[Domain]:
     if isinstance(obj, Domain):
         return [obj]
     if callable(obj) and not hasattr(obj, "DOMAINS") and not hasattr(obj, "DOMAIN"):
