@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import itertools
 import multiprocessing as mp
+from multiprocessing.queues import Queue as ProcessQueue
 import queue
 import signal
 import threading
@@ -43,6 +44,8 @@ from tempering.tokenizer import load_tokenizer
 
 START_TIMEOUT_S = 600.0  # spawning, importing torch and reading the weights (a big model is slow)
 POLL_S = 0.1  # how soon a dead process is noticed while its replies are awaited
+Request = tuple[str, int, float, object]  # (op, request id, deadline, its arguments)
+Replies = list[tuple[int, bool, object]]  # one gather's (request id, ok, result or failure)
 PARENT_POLL_S = 1.0  # how soon the process notices that its parent is gone, and exits
 READY = 0  # the request id of the start-up reply
 
@@ -210,7 +213,7 @@ def _exit(code: int) -> str:
 
 # ---- in the reward-model process ----
 
-def _serve(cfg: RewardModelConfig, requests: Any, replies: Any) -> None:
+def _serve(cfg: RewardModelConfig, requests: ProcessQueue[Request], replies: ProcessQueue[Replies]) -> None:
     # The parent decides when this process ends (close, or by dying): a Ctrl-C to the process
     # group or a scheduler's SIGTERM must not kill it under a rollout that still scores.
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -239,7 +242,8 @@ def _serve(cfg: RewardModelConfig, requests: Any, replies: Any) -> None:
             replies.put([_control(scorer, *msg)])
 
 
-def _gather(scorer: RewardScorer, cfg: RewardModelConfig, first: tuple, requests: Any, replies: Any) -> tuple | None:
+def _gather(scorer: RewardScorer, cfg: RewardModelConfig, first: Request, requests: ProcessQueue[Request],
+            replies: ProcessQueue[Replies]) -> Request | None:
     """Gather score requests from `first` on, run them together, answer each. Returns the
     message that ended the gather when it is not a score request (handled after these)."""
     gather, answer = scorer.gather(), []
@@ -265,7 +269,7 @@ def _gather(scorer: RewardScorer, cfg: RewardModelConfig, first: tuple, requests
     return msg
 
 
-def _control(scorer: RewardScorer, op: str, rid: int, deadline: float, args: Any) -> tuple:
+def _control(scorer: RewardScorer, op: str, rid: int, deadline: float, args: object) -> tuple[int, bool, object]:
     try:
         if op == "stats":
             return rid, True, scorer.stats.as_dict()
@@ -292,7 +296,7 @@ def _failure(e: BaseException) -> tuple[str, str]:
     return "failed", "".join(traceback.format_exception(e)).rstrip()
 
 
-def _get(requests: Any, timeout: float) -> tuple | None:
+def _get(requests: ProcessQueue[Request], timeout: float) -> Request | None:
     try:
         return requests.get(timeout=timeout) if timeout > 0 else requests.get_nowait()
     except queue.Empty:

@@ -16,14 +16,18 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
 from tempering.errors import UserError
 
+if TYPE_CHECKING:  # only the Ray runtime makes placement groups; importing it here would import Ray
+    from tempering.runtime.ray import SlotGroup
+
 SLICE_S = 0.2  # how often a waiting queue looks at its stop event and the workers it depends on
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class Stall(RuntimeError):
@@ -66,7 +70,7 @@ class Resources:
 
     cpus: float = 1.0
     custom: dict[str, float] = field(default_factory=dict)
-    group: Any = None  # a placement group from the runtime that spawns the worker
+    group: SlotGroup | None = None  # a placement group from the runtime that spawns the worker (Ray's)
     bundle: int = -1  # the group's bundle to run in; -1: any of them
 
 
@@ -110,10 +114,10 @@ class WorkerHandle(Protocol):
 
 
 @runtime_checkable
-class Blob(Protocol):
+class Blob(Protocol[T_co]):
     """A snapshot `put_blob` made; `get` gives the object in any process."""
 
-    def get(self, timeout: float, component: str) -> Any: ...
+    def get(self, timeout: float, component: str) -> T_co: ...
 
 
 class DeadlineQueue(ABC, Generic[T]):
@@ -189,6 +193,6 @@ class Runtime(Protocol):
 
     def has_room(self, resources: Resources | None = None) -> bool: ...
 
-    def put_blob(self, obj: object) -> Blob: ...
+    def put_blob(self, obj: T) -> Blob[T]: ...
 
     def close(self) -> None: ...

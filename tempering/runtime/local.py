@@ -19,7 +19,7 @@ import sys
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue as ProcessQueue
-from typing import Any, Callable
+from typing import Any, Callable, Generic
 
 import torch.multiprocessing as tmp
 
@@ -97,14 +97,14 @@ class BoundedQueue(DeadlineQueue[T]):
         self._q.cancel_join_thread()
 
 
-class LocalBlob:
+class LocalBlob(Generic[T]):
     """A snapshot taken by `LocalRuntime.put_blob`; it travels to workers by queue or argument,
     its tensors as shared memory (torch's multiprocessing passes their handles, not their bytes)."""
 
-    def __init__(self, obj: Any):
+    def __init__(self, obj: T):
         self._obj = obj
 
-    def get(self, timeout: float, component: str) -> Any:
+    def get(self, timeout: float, component: str) -> T:
         """The object; here it is already at hand, so nothing is waited for."""
         return self._obj
 
@@ -137,7 +137,7 @@ class LocalRuntime:
         """Whether a worker asking for `resources` would start now: on this machine, always."""
         return True
 
-    def put_blob(self, obj: object) -> LocalBlob:
+    def put_blob(self, obj: T) -> LocalBlob[T]:
         """A snapshot of `obj` (later changes to it do not show): a state dict's tensors are
         copied into shared memory, anything else deep-copied."""
         if is_state_dict(obj):

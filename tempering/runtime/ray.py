@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generic, Sequence
 
 import numpy as np
 import ray
@@ -202,13 +202,13 @@ class _Tensors:
     arrays: dict[str, tuple[np.ndarray, torch.dtype, tuple[int, ...]]]
 
 
-class RayBlob:
+class RayBlob(Generic[T]):
     """A snapshot in the object store; it travels to workers by queue or argument."""
 
     def __init__(self, ref: ray.ObjectRef):
         self._ref = ref
 
-    def get(self, timeout: float, component: str) -> Any:
+    def get(self, timeout: float, component: str) -> T:
         """The object; a state dict's tensors are read-only views of the object store."""
         value = _answer(self._ref, timeout, f"blob for {component}")
         if not isinstance(value, _Tensors):
@@ -305,7 +305,7 @@ class RayRuntime:
         nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
         return fits(ask, ray.available_resources()) and any(fits(ask, n) for n in nodes)
 
-    def put_blob(self, obj: object) -> RayBlob:
+    def put_blob(self, obj: T) -> RayBlob[T]:
         """A snapshot of `obj` in the object store (later changes to it do not show)."""
         if is_state_dict(obj):
             flat = {k: v.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for k, v in obj.items()}
