@@ -229,3 +229,24 @@ def test_a_request_past_its_deadline_gets_504_and_is_cancelled():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_burst_of_clients_connecting_at_once_is_served(server):
+    """128 clients connect in the same instant (a load test's start): none is reset (the
+    listen backlog of socketserver's default, 5, lost about 5% of such a burst's requests)."""
+    barrier, statuses = threading.Barrier(128), queue.Queue()
+
+    def one():
+        barrier.wait()
+        try:
+            statuses.put(call(server, "GET", "/v1/models")[0])
+        except OSError as e:
+            statuses.put(type(e).__name__)
+
+    threads = [threading.Thread(target=one) for _ in range(128)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = [statuses.get_nowait() for _ in range(statuses.qsize())]
+    assert got == [200] * 128, {s: got.count(s) for s in set(got)}
