@@ -234,7 +234,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", type=int, default=32, help="tokens of each fairness request")
     p.add_argument("--max-running", type=int, default=4, help="serve.max_running of the fairness server")
-    p.add_argument("--heavy-clients", type=int, default=32, help="the flooding tenant's requests always outstanding")
+    p.add_argument("--heavy-clients", type=int, default=128, help="the flooding tenant's requests always outstanding")
     p.add_argument("--flood-s", type=float, default=20.0, help="seconds of the flood in each fairness run")
     p.add_argument("--sessions", type=int, default=16)
     p.add_argument("--agent-s", type=float, default=30.0)
