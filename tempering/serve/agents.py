@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tempering.agent.format import tool_format
 from tempering.agent.tools import tool_schemas
@@ -33,6 +33,7 @@ from tempering.tasks.host import ToolHost
 from tempering.config import RewardConfig, SandboxConfig
 from tempering.engine.sampling_params import SamplingParams
 from tempering.errors import UserError
+from tempering.jsonvalue import JSON
 from tempering.records import Reward, Task
 from tempering.reward import RewardService, Submission
 from tempering.rollout.environment import Environments
@@ -45,6 +46,7 @@ from tempering.serve.traffic import CLIENT_CLOSED, ServedRecord
 from tempering.tasks import get_domain
 
 if TYPE_CHECKING:
+    from tempering.scheduler.node import NodeSandbox
     from tempering.serve.server import Call, Handler, Server
 
 _KNOWN = {"model", "task", "max_turns", "max_tokens", "temperature", "top_p", "seed", "stream", "user"}
@@ -55,11 +57,11 @@ class AgentService:
         self.server, self.sandbox_cfg, self.reward_cfg = server, sandbox, reward
         self._slots = threading.BoundedSemaphore(server.cfg.max_agent_runs)
         self._lock = threading.Lock()
-        self._node: Any = None  # the NodeSandbox, once a run needs it
+        self._node: NodeSandbox | None = None  # once a run needs it
         self._rewards: dict[bool, RewardService] = {}  # with / without the sandbox
         self._envs: dict[bool, Environments] = {}
 
-    def serve(self, handler: "Handler", body: Any, call: "Call") -> None:
+    def serve(self, handler: "Handler", body: JSON, call: "Call") -> None:
         """Answer one POST /v1/agent/runs (its tenant is admitted; ApiError before any answer)."""
         if not isinstance(body, dict) or set(body) - _KNOWN:
             unknown = sorted(set(body) - _KNOWN) if isinstance(body, dict) else []
@@ -144,7 +146,7 @@ class AgentService:
                 self._envs[sandbox] = Environments(node)
             return self._envs[sandbox], self._rewards[sandbox]
 
-    def _start_sandbox(self) -> Any:
+    def _start_sandbox(self) -> NodeSandbox:
         from tempering.sandbox import make_sandbox
         from tempering.scheduler.node import NodeSandbox
 
@@ -163,7 +165,7 @@ class AgentService:
             self._node.close()
 
 
-def resolve_task(spec: Any, task_dirs: tuple[str, ...]) -> Task:
+def resolve_task(spec: JSON, task_dirs: tuple[str, ...]) -> Task:
     """The task a run's `task` field names (ApiError 400 or 404 otherwise)."""
     from tempering.tasks.terminal import catalog
     from tempering.tasks.terminal.domain import folder_task
@@ -190,7 +192,7 @@ def resolve_task(spec: Any, task_dirs: tuple[str, ...]) -> Task:
     return draw(domain, 1, seed)[0]
 
 
-def _folder(path: Any, task_dirs: tuple[str, ...]) -> Task:
+def _folder(path: JSON, task_dirs: tuple[str, ...]) -> Task:
     from tempering.tasks.harbor import Unrunnable, load_cached
     from tempering.tasks.terminal.domain import folder_task
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from tempering.engine.outputs import CompletionOutput
 from tempering.engine.sampling_params import SamplingParams
+from tempering.jsonvalue import JSON, JSONObject
 from tempering.records import Message, ToolCall
 from tempering.serve import tool_calls
 from tempering.serve.tool_calls import CallScanner, ServedCall, ToolChoice, ToolsError
@@ -44,7 +44,7 @@ class ApiError(Exception):
 @dataclass
 class ApiRequest:
     chat: bool
-    prompts: list[Any]  # text or token-id lists; one entry per prompt (chat: the rendered ids)
+    prompts: list[str | list[int]]  # text or token-id lists; one entry per prompt (chat: the rendered ids)
     params: SamplingParams
     stream: bool
     logprobs: bool
@@ -64,7 +64,7 @@ class ApiRequest:
         return scanner
 
 
-def parse(body: Any, chat: bool, tokenizer, max_sequences: int = 256, tool_format: str = "hermes") -> ApiRequest:
+def parse(body: JSON, chat: bool, tokenizer, max_sequences: int = 256, tool_format: str = "hermes") -> ApiRequest:
     """`tool_format`: how the served model writes tool calls ("hermes" or "compact")."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
@@ -108,7 +108,7 @@ def parse(body: Any, chat: bool, tokenizer, max_sequences: int = 256, tool_forma
                       f"{kind}-{uuid.uuid4().hex[:24]}", int(time.time()), model, tools, tool_format, forced)
 
 
-def _prompts(prompt: Any) -> list[Any]:
+def _prompts(prompt: JSON) -> list[str | list[int]]:
     if isinstance(prompt, str) and prompt:
         return [prompt]
     if isinstance(prompt, list) and prompt:
@@ -120,7 +120,7 @@ def _prompts(prompt: Any) -> list[Any]:
     raise ApiError(400, "prompt must be a non-empty string, a list of token ids, or a list of either")
 
 
-def _chat_prompt(messages: Any, tokenizer, tools: ToolChoice | None, fmt: str) -> list[int]:
+def _chat_prompt(messages: JSON, tokenizer, tools: ToolChoice | None, fmt: str) -> list[int]:
     parsed = chat_messages(messages)
     if tokenizer.chat_template:
         return tokenizer.encode_prompt("", parsed, list(tools.schemas) if tools is not None else None)
@@ -137,7 +137,7 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text) if text else []
 
 
-def chat_messages(messages: Any) -> list[Message]:
+def chat_messages(messages: JSON) -> list[Message]:
     """OpenAI chat messages -> `Message`s: text content (a string or text parts), an assistant's
     `tool_calls`, a tool message's `tool_call_id`. ApiError 400 naming the message otherwise."""
     if not isinstance(messages, list) or not messages:
@@ -145,7 +145,7 @@ def chat_messages(messages: Any) -> list[Message]:
     return [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
 
 
-def _message(m: Any, where: str) -> Message:
+def _message(m: JSON, where: str) -> Message:
     if not isinstance(m, dict) or m.get("role") not in _ROLES:
         raise ApiError(400, f"{where}: each message needs a role ({', '.join(sorted(_ROLES))}) and a string content")
     role, calls = m["role"], m.get("tool_calls") or []
@@ -161,7 +161,7 @@ def _message(m: Any, where: str) -> Message:
     return Message("system" if role == "developer" else role, content, parsed, call_id if role == "tool" else "")
 
 
-def _content(content: Any, where: str, may_be_empty: bool) -> str:
+def _content(content: JSON, where: str, may_be_empty: bool) -> str:
     if content is None and may_be_empty:
         return ""
     if isinstance(content, list):  # content parts: only text ones are understood
@@ -173,7 +173,7 @@ def _content(content: Any, where: str, may_be_empty: bool) -> str:
     return content
 
 
-def _assistant_call(c: Any, where: str) -> ToolCall:
+def _assistant_call(c: JSON, where: str) -> ToolCall:
     fn = c.get("function") if isinstance(c, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
         raise ApiError(400, f"{where}: expected {{\"id\": ..., \"type\": \"function\", \"function\": "
@@ -209,7 +209,7 @@ def _logprobs(c: CompletionOutput, tokenizer) -> dict:
 
 
 def choice(req: ApiRequest, index: int, c: CompletionOutput, tokenizer) -> dict:
-    out: dict[str, Any] = {"index": index, "finish_reason": c.finish_reason,
+    out: JSONObject = {"index": index, "finish_reason": c.finish_reason,
                            "logprobs": _logprobs(c, tokenizer) if req.logprobs else None}
     if not req.chat:
         out["text"] = c.text
@@ -273,14 +273,14 @@ def chunk(req: ApiRequest, model: str, version: int, index: int, text: str, fini
     """One streamed chunk of choice `index`: text, or a tool call (its id and name, or with
     `arguments`, its arguments), or the end (`finish_reason`)."""
     if req.chat:
-        delta: dict[str, Any] = {"role": "assistant"} if first else {}
+        delta: JSONObject = {"role": "assistant"} if first else {}
         if text:
             delta["content"] = text
         if call is not None:
             fn = {"arguments": call.arguments} if arguments else {"name": call.name, "arguments": ""}
             head = {} if arguments else {"id": call.id, "type": "function"}
             delta["tool_calls"] = [{"index": call.index, **head, "function": fn}]
-        body: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish_reason}
+        body: JSONObject = {"index": index, "delta": delta, "finish_reason": finish_reason}
     else:
         body = {"index": index, "text": text, "finish_reason": finish_reason}
     return {"id": req.id, "object": "chat.completion.chunk" if req.chat else "text_completion",

@@ -20,10 +20,11 @@ import queue
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from tempering.config import RewardConfig, SandboxConfig, ServeConfig
 from tempering.engine.llm_engine import LLM
+from tempering.engine.outputs import RequestOutput
+from tempering.jsonvalue import JSON
 from tempering.records import ToolCall
 from tempering.serve import api
 from tempering.serve.engine_loop import EngineLoop, QueueFull, Ticket
@@ -94,7 +95,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     version: int | None = None  # the policy version this response reports (None: the engine's now)
 
-    def log_message(self, fmt: str, *args: Any) -> None:  # keep test and server output quiet
+    def log_message(self, fmt: str, *args: object) -> None:  # keep test and server output quiet
         pass
 
     def end_headers(self) -> None:
@@ -157,7 +158,7 @@ class Handler(BaseHTTPRequestHandler):
                                     f"second (burst {tenant.burst}); retry in {wait:.1f} s", "rate_limit_error",
                                "rate_limit_exceeded", retry_after=wait)
 
-    def _body(self) -> Any:
+    def _body(self) -> JSON:
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
@@ -301,7 +302,7 @@ class Call:
         self.server, self.kind = server, kind
         self.tenant: Tenant | None = None
         self.tickets: list[Ticket] = []
-        self.done: dict[int, Any] = {}  # tag -> the finished RequestOutput
+        self.done: dict[int, RequestOutput] = {}  # tag -> the finished output
         self.start, self.arrived = time.monotonic(), time.time()
 
     @property
@@ -336,7 +337,7 @@ def _unauthorized() -> api.ApiError:
                         "invalid_api_key")
 
 
-def _check_model(body: Any, served: str) -> None:
+def _check_model(body: JSON, served: str) -> None:
     model = body.get("model") if isinstance(body, dict) else None
     if model is not None and model != served:
         raise api.ApiError(404, f"the model {model!r} does not exist: this server serves {served!r} (GET /v1/models)",

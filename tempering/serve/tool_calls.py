@@ -19,12 +19,13 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from tempering.agent.parsers import COMPACT_MARK, compact, hermes
 from tempering.agent.tools import bind_arguments
-from tempering.tasks.host import Param, Tool, ToolError
-from tempering.records import ToolCall
+from tempering.jsonvalue import JSON, JSONObject
+from tempering.tasks.host import Param, Tool, ToolError, ToolHost
+from tempering.records import Budget, ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -78,7 +79,7 @@ def parse_tool_choice(body: dict) -> ToolChoice | None:
     return ToolChoice(tuple(tools), params, mode, named, parallel)
 
 
-def _function(tool: Any, where: str) -> tuple[str, tuple[str, ...]]:
+def _function(tool: JSON, where: str) -> tuple[str, tuple[str, ...]]:
     fn = tool.get("function") if isinstance(tool, dict) else None
     if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
         raise ToolsError(f"{where}: expected {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}")
@@ -92,7 +93,7 @@ def _function(tool: Any, where: str) -> tuple[str, tuple[str, ...]]:
     return name, tuple(props)
 
 
-def _choice(choice: Any, params: dict[str, tuple[str, ...]]) -> tuple[str, str]:
+def _choice(choice: JSON, params: dict[str, tuple[str, ...]]) -> tuple[str, str]:
     if choice is None:
         return "auto", ""
     if choice in ("auto", "none", "required"):
@@ -116,7 +117,7 @@ def prefix(choice: ToolChoice | None, fmt: str) -> str:
     return OPEN + "\n" + (f'{{"name": "{choice.name}", "arguments": ' if choice.mode == "function" else "")
 
 
-def call_arguments(raw: Any, where: str) -> dict:
+def call_arguments(raw: JSON, where: str) -> JSONObject:
     """An assistant message's `function.arguments` (a JSON object, as text or as an object)."""
     if isinstance(raw, str):
         try:
@@ -226,5 +227,5 @@ class CallScanner:
         return [body]
 
 
-def _never(args: dict[str, str], host: Any, budget: Any, turn: int) -> tuple[str, None]:
+def _never(args: dict[str, str], host: ToolHost, budget: Budget, turn: int) -> tuple[str, None]:
     raise AssertionError("a served tool call is carried out by the client, not here")

@@ -15,10 +15,11 @@ import math
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 from tempering import lineage
 from tempering.errors import UserError
+from tempering.jsonvalue import JSON, JSONObject
 
 METRICS, SANDBOX = "metrics.jsonl", "sandbox.jsonl"
 FATES = ("trained", "stale", "failed", "uniform", "alone")
@@ -27,6 +28,7 @@ MAX_LIMIT = 500
 # a domain's fields come from "reward/domain/<d>", "outcome/<d>" (pass rate) and "scheduler/<field>/<d>"
 SCHEDULER_FIELDS = ("share_target", "share", "weight", "level")
 UTILISATION = ("trainer_busy", "trainer_idle", "engine_busy", "sandbox_busy")
+T = TypeVar("T")
 LIST_COLUMNS = ("id, step, task, domain, sample_index, fate, reward, tokens, finish_reason, version_min,"
                 " version_max, failed, reason, substr(completion, 1, 160) AS preview")
 
@@ -100,7 +102,7 @@ class RunData:
         self.sandbox_tail = JsonlTail(self.dir / SANDBOX)
         self._cache: dict[str, tuple] = {}  # what is derived from a file's rows, by their cache key
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> JSONObject:
         _, rows = self.metrics_tail.read()
         self.sandbox_tail.read()  # for its warnings
         config = _read_json(self.dir / "config.json")
@@ -115,29 +117,29 @@ class RunData:
                 "warnings": self.metrics_tail.bad[:20] + self.sandbox_tail.bad[:20],
                 "summary": _read_json(self.dir / "summary.json") if finished else None}
 
-    def _derived(self, name: str, fn: Any, tail: JsonlTail | None = None) -> Any:
+    def _derived(self, name: str, fn: Callable[[list[JSONObject]], T], tail: JsonlTail | None = None) -> T:
         key, rows = (tail or self.metrics_tail).read()
         if key is None or self._cache.get(name, (None,))[0] != key:
             self._cache[name] = (key, fn(rows))
         return self._cache[name][1]
 
-    def metrics(self, keys: list[str] | None = None) -> dict[str, Any]:
+    def metrics(self, keys: list[str] | None = None) -> JSONObject:
         """The rows (only `keys`, and step, when given) and per-step utilisation derived from them."""
         rows = self.metrics_tail.read()[1]
         if keys:  # looked up, not filtered: a row holds thousands of keys at hundreds of domains
             rows = [{k: row[k] for k in ("step", *keys) if k in row} for row in rows]
         return {"rows": rows, "utilisation": self._derived("utilisation", utilisation)}
 
-    def domains(self) -> list[dict[str, Any]]:
-        def table(_: list) -> list[dict[str, Any]]:
+    def domains(self) -> list[JSONObject]:
+        def table(_: list) -> list[JSONObject]:
             with self.metrics_tail.lock:  # another request's read may be folding rows in
                 return self.metrics_tail.fold.table()
         return self._derived("domains", table)
 
-    def sandbox(self) -> dict[str, Any]:
+    def sandbox(self) -> JSONObject:
         return self._derived("sandbox", sandbox_summary, self.sandbox_tail)
 
-    def _query(self, sql: str, args: list | tuple) -> list[dict[str, Any]]:
+    def _query(self, sql: str, args: list | tuple) -> list[JSONObject]:
         """Rows of one read-only query as dicts (none before the store exists); values are ? parameters."""
         if not (self.dir / lineage.FILENAME).is_file():
             return []
@@ -145,14 +147,14 @@ class RunData:
             cur = db.execute(sql, args)
             return [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
 
-    def traffic(self, read: Callable[..., Any], *args: Any, empty: Any = None) -> Any:
+    def traffic(self, read: Callable[..., T], *args: object, empty: T | None = None) -> T | None:
         """`read(db, *args)` on the lineage store (served traffic: `view.traffic`); `empty` before it exists."""
         if not (self.dir / lineage.FILENAME).is_file():
             return empty
         with contextlib.closing(lineage.open_read_only(self.dir)) as db:
             return read(db, *args)
 
-    def samples(self, params: dict[str, str]) -> dict[str, Any]:
+    def samples(self, params: dict[str, str]) -> JSONObject:
         where, args, limit, offset = sample_filters(params)
         page = {"samples": [], "total": 0, "limit": limit, "offset": offset}
         if not (self.dir / lineage.FILENAME).is_file():
@@ -162,7 +164,7 @@ class RunData:
                            [*args, limit, offset])
         return {**page, "samples": rows, "total": total}
 
-    def sample(self, sample_id: int) -> dict[str, Any] | None:
+    def sample(self, sample_id: int) -> JSONObject | None:
         """One sample in full with its tool calls; None when there is no such sample."""
         row = next(iter(self._query("SELECT * FROM samples WHERE id = ?", (sample_id,))), None)
         if row is None:
@@ -175,7 +177,7 @@ class RunData:
             c["arguments"], c["files"] = loads(c["arguments"], c["arguments"]), loads(c["files"], c["files"])
         return {**row, "tool_calls": calls}
 
-    def staleness(self) -> dict[str, Any]:
+    def staleness(self) -> JSONObject:
         """Samples by version lag and fate. The lag is step minus the oldest policy version among the
         sample's model tokens: the trainer's version equals its step throughout a run."""
         rows = self._query("SELECT step - version_min AS lag, fate, count(*) AS n FROM samples"
@@ -232,7 +234,7 @@ def utilisation(rows: list[dict]) -> dict[str, list]:
     return out
 
 
-def _nums(*values: Any) -> bool:
+def _nums(*values: object) -> bool:
     return all(isinstance(v, (int, float)) for v in values)
 
 
@@ -246,7 +248,7 @@ class DomainFold:
     live run's poll costs the rows appended since the last one, not the whole history."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, dict[str, Any]] = {}
+        self.latest: dict[str, JSONObject] = {}
         self.series: dict[str, list] = {}
 
     def add(self, row: dict) -> None:
@@ -264,7 +266,7 @@ class DomainFold:
                 continue
             self.latest.setdefault(domain, {})[field] = value
 
-    def table(self) -> list[dict[str, Any]]:
+    def table(self) -> list[JSONObject]:
         """One entry per domain, by name; its reward series thinned for a sparkline."""
         fields = ("reward", "pass_rate", *SCHEDULER_FIELDS)
         return [{"domain": d, **{f: v.get(f) for f in fields}, "rewards": _thin(self.series.get(d, []))}
@@ -276,7 +278,7 @@ def _thin(points: list) -> list:
     return points if stride <= 1 else points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
 
 
-def sandbox_summary(rows: list[dict]) -> dict[str, Any]:
+def sandbox_summary(rows: list[dict]) -> JSONObject:
     """Counts by reason and start (warm/cold), and latency quantiles per domain, in seconds."""
     seconds: dict[str, dict[str, list[float]]] = {}
     for r in rows:
@@ -296,11 +298,11 @@ def quantile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else None
 
 
-def _read_json(path: Path) -> Any:  # None when absent or still being written: the caller shows what it has
+def _read_json(path: Path) -> JSON:  # None when absent or still being written: the caller shows what it has
     return loads(path.read_bytes(), None) if path.is_file() else None
 
 
-def loads(text: Any, default: Any) -> Any:
+def loads(text: JSON | bytes, default: T) -> JSON | T:  # not str or bytes, or not JSON: default
     try:
         return json.loads(text)
     except (ValueError, TypeError):

@@ -20,10 +20,10 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSON
 from tempering.view import traffic
 from tempering.view.data import BadParameter, RunData
 
@@ -71,7 +71,7 @@ class ViewServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: ViewServer
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass  # the page polls every few seconds: one line per request would bury everything else
 
     def do_GET(self) -> None:
@@ -122,7 +122,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(404, {"error": f"no sample {match[1]}"})
         self._json(200, sample)
 
-    def _json(self, status: int, obj: Any) -> None:
+    def _json(self, status: int, obj: JSON) -> None:
         try:
             body = json.dumps(obj, allow_nan=False)
         except ValueError:  # NaN or inf in a metric: JSON has no such numbers, the page shows a gap
@@ -144,7 +144,7 @@ def _id(text: str) -> int:
     return int(text)
 
 
-def _finite(obj: Any) -> Any:
+def _finite(obj: JSON) -> JSON:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

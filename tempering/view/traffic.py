@@ -12,8 +12,8 @@ without served tables has no traffic (`served` false). It neither writes nor ser
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
+from tempering.jsonvalue import JSONObject
 from tempering.serve.traffic import KINDS, has_served
 from tempering.view.data import MAX_LIMIT, BadParameter, loads, number, quantile
 
@@ -23,7 +23,7 @@ LIST_COLUMNS = ("id, time, tenant, kind, status, version, latency_s, ttft_s, pro
                 " finish_reason, task, reward, substr(completion, 1, 120) AS preview")
 
 
-def summary(db: sqlite3.Connection) -> dict[str, Any]:
+def summary(db: sqlite3.Connection) -> JSONObject:
     if not has_served(db):
         return {"served": False, "tenants": [], "timeline": []}
     counts = db.execute(
@@ -48,7 +48,7 @@ def summary(db: sqlite3.Connection) -> dict[str, Any]:
             "timeline": [list(r) for r in timeline], "bucket_s": BUCKET_S}
 
 
-def requests(db: sqlite3.Connection, params: dict[str, str]) -> dict[str, Any]:
+def requests(db: sqlite3.Connection, params: dict[str, str]) -> JSONObject:
     where, args, limit, offset = _filters(params)
     page = {"requests": [], "total": 0, "limit": limit, "offset": offset}
     if not has_served(db):
@@ -60,7 +60,7 @@ def requests(db: sqlite3.Connection, params: dict[str, str]) -> dict[str, Any]:
     return {**page, "requests": [dict(zip(names, r)) for r in cur.fetchall()], "total": total}
 
 
-def request(db: sqlite3.Connection, served_id: int) -> dict[str, Any] | None:
+def request(db: sqlite3.Connection, served_id: int) -> JSONObject | None:
     if not has_served(db):
         return None
     cur = db.execute("SELECT * FROM served WHERE id = ?", (served_id,))
