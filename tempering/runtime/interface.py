@@ -16,7 +16,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
@@ -184,7 +184,7 @@ class Runtime(Protocol):
     remote: bool  # queue and event calls cross the network (each costs a call)
     host: str  # where workers reach the process holding the runtime
 
-    def queue(self, maxsize: int, name: str = "queue") -> Queue[Any]: ...  # its items' type is the caller's
+    def queue(self, maxsize: int, name: str = "queue") -> Queue[T]: ...  # its items' type is the caller's
 
     def event(self, name: str = "event") -> Event: ...
 

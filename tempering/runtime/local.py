@@ -19,7 +19,7 @@ import sys
 from multiprocessing.context import SpawnContext
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue as ProcessQueue
-from typing import Any, Callable, Generic
+from typing import Callable, Generic
 
 import torch.multiprocessing as tmp
 
@@ -116,7 +116,7 @@ class LocalRuntime:
     def __init__(self):
         self.ctx = tmp.get_context("spawn")
 
-    def queue(self, maxsize: int, name: str = "queue") -> BoundedQueue[Any]:
+    def queue(self, maxsize: int, name: str = "queue") -> BoundedQueue[T]:
         """A queue of at most `maxsize` items (unbounded when it is 0). `name`, like an event's,
         is for the Ray runtime's messages: a local queue cannot fail to answer."""
         return BoundedQueue(self.ctx, maxsize)

@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Sequence
+from typing import Callable, Generic, Sequence
 
 import numpy as np
 import ray
@@ -50,7 +50,7 @@ _ERRORS = ray.exceptions
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the headers of remote tracebacks
 
 
-def _answer(ref: ray.ObjectRef, timeout: float, who: str) -> Any:
+def _answer(ref: ray.ObjectRef[T], timeout: float, who: str) -> T:
     """ray.get with a deadline; the errors name `who` did not answer or died."""
     try:
         return ray.get(ref, timeout=timeout)
@@ -279,7 +279,7 @@ class RayRuntime:
         self.host = ray.util.get_node_ip_address()
         self.startup_s = time.monotonic() - start
 
-    def queue(self, maxsize: int, name: str = "queue") -> RayQueue[Any]:
+    def queue(self, maxsize: int, name: str = "queue") -> RayQueue[T]:
         """A queue of at most `maxsize` items (unbounded when it is 0)."""
         qid = _answer(self._hub.new_queue.remote(maxsize), self.call_timeout, f"queue {name}")
         return RayQueue(self._hub, qid, name, self.call_timeout)

@@ -17,18 +17,19 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
 
+from tempering.jsonvalue import JSONObject
 from tempering.models import Decoder, load_hf, save_hf
 from tempering.models.lora import Merged, adapters, save_peft
 from tempering.tokenizer import Tokenizer
 
 
 def save_checkpoint(run_dir: Path, model: Decoder, tokenizer: Tokenizer, trainer_state: dict | None,
-                    state: dict[str, Any], shards: Callable[[Path], None] | None = None) -> Path:
+                    state: JSONObject, shards: Callable[[Path], None] | None = None) -> Path:
     """`trainer_state` (`Trainer.state_dict`) goes to `trainer.pt`; or, when it is None, `shards`
     writes the trainer's state into the folder (`TrainerGroup.save`, which every rank joins)."""
     root = run_dir / "checkpoints"
@@ -75,7 +76,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path) -> tuple[Decoder, dict | None, dict[str, Any]]:
+def load_checkpoint(path: Path) -> tuple[Decoder, dict | None, JSONObject]:
     """-> model, trainer state (None for a sharded checkpoint: `distributed.read_shards` reads it),
     run state; restores the RNG states as a side effect."""
     model = load_hf(path / "model")

@@ -27,7 +27,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.checkpoint.stateful import Stateful
 
 from tempering.config import AlgorithmConfig, ParallelizeConfig, TrainerConfig
+from tempering.jsonvalue import JSONObject
 from tempering.models import Decoder, save_hf
 from tempering.records import Batch
 from tempering.tokenizer import Tokenizer
@@ -66,8 +67,8 @@ def init_ranks(backend: str | None = None, address: str | None = None, rank: int
 
 
 def sharded_trainer(model: Decoder, ranks: Ranks, cfg: TrainerConfig, algo: AlgorithmConfig | None = None,
-                    **kwargs: Any) -> Trainer:
-    """Shard `model` in place, then the trainer over it (`kwargs`: the `Trainer`'s own)."""
+                    **kwargs: float) -> Trainer:
+    """Shard `model` in place, then the trainer over it (`kwargs`: the `Trainer`'s own numbers: temperature, norm_tokens, total_steps)."""
     return Trainer(ranks.shard(model), cfg, algo, ranks=ranks, **kwargs)
 
 
@@ -89,21 +90,21 @@ class _Shards(Stateful):
 
     trainer: Trainer
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, dict]:
         model, optimizer = get_state_dict(self.trainer.model, self.trainer.optimizer)
         state = {"model": model, "optimizer": optimizer}
         if self.trainer.reference is not None:
             state["reference"] = get_model_state_dict(self.trainer.reference)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, dict]) -> None:
         set_state_dict(self.trainer.model, self.trainer.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
         if "reference" in state and self.trainer.reference is not None:
             set_model_state_dict(self.trainer.reference, state["reference"])
 
 
-def save_sharded(run_dir: Path, trainer: Trainer, state: dict[str, Any]) -> Path:
+def save_sharded(run_dir: Path, trainer: Trainer, state: JSONObject) -> Path:
     """`run_dir/checkpoints/step-NNNNNN/`: the trainer's shards (`write_shards`) and `state.json`
     (the run state). Written under a temporary name and renamed by rank 0 once every rank is
     done, then `latest` points at it (as `checkpoint.latest_checkpoint` reads it)."""
@@ -123,7 +124,7 @@ def save_sharded(run_dir: Path, trainer: Trainer, state: dict[str, Any]) -> Path
     return final
 
 
-def load_sharded(path: Path, trainer: Trainer) -> dict[str, Any]:
+def load_sharded(path: Path, trainer: Trainer) -> JSONObject:
     """Restore a `save_sharded` folder into `trainer` -> the run state."""
     read_shards(path, trainer)
     return json.loads((path / "state.json").read_text())

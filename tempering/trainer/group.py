@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Arch, Decoder
 from tempering.records import Batch
-from tempering.runtime import LocalRuntime, Resources, WorkerFailed
+from tempering.runtime import Blob, LocalRuntime, Resources, Runtime, WorkerFailed
 from tempering.trainer.distributed import init_ranks, read_shards, write_shards
 from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.parallelize import Ranks
@@ -37,11 +37,13 @@ from tempering.trainer.step import StepStats, Trainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 WATCH_S = 1.0  # how often a follower looks whether rank 0 is still there
+T = TypeVar("T")
+Order = tuple[str, Batch | Path | None]  # what rank 0 tells the followers: ("step", batch), ("save", folder), ...
 
 
 class TrainerGroup:
     def __init__(self, model: Decoder, trainer: Trainer, world: int, threads: int, timeout_s: float,
-                 runtime: Any = None, resources: Resources | None = None):
+                 runtime: Runtime | None = None, resources: Resources | None = None):
         """`model`: the full policy (kept, and updated after every step); `trainer`: the
         single-process trainer whose configuration and state the group starts from; `runtime`
         spawns ranks 1.. (a `LocalRuntime` when None), each asking for `resources` (default:
@@ -81,7 +83,7 @@ class TrainerGroup:
         self.model.load_state_dict(full)
         return stats
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, dict]:
         """The full trainer state, as the single-process `Trainer.state_dict` gives it."""
         named = self._collective(("state", None), lambda: _full_state(self.trainer))
         return _indexed(named, self.model)
@@ -106,7 +108,7 @@ class TrainerGroup:
                 w.join(10)
             dist.destroy_process_group()
 
-    def _collective(self, order: tuple[str, Any] | None, work) -> Any:
+    def _collective(self, order: Order | None, work: Callable[[], T]) -> T:
         """Send `order` to the followers (None: they are in the same collective already), then do
         `work`, which every rank does too; a failed rank is named."""
         try:
@@ -136,7 +138,7 @@ class _Spec:
         self.norm_tokens, self.total_steps, self.threads, self.timeout_s = norm_tokens, total_steps, threads, timeout_s
 
 
-def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state: dict[str, Any]) -> Trainer:
+def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state: dict[str, dict]) -> Trainer:
     """This rank's trainer: a copy of the full weights, sharded, with the full state's shards."""
     model = Decoder(spec.arch)
     model.load_state_dict(weights)
@@ -152,7 +154,7 @@ def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state:
     return trainer
 
 
-def _full_state(trainer: Trainer) -> dict[str, Any]:
+def _full_state(trainer: Trainer) -> dict[str, dict]:
     state = {"optimizer": get_optimizer_state_dict(trainer.model, trainer.optimizer, options=FULL),
              "scheduler": trainer.scheduler.state_dict()}
     if trainer.reference is not None:
@@ -165,7 +167,7 @@ def _names(model: Decoder) -> list[str]:
     return [name for name, _ in model.named_parameters()]
 
 
-def _named(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
+def _named(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
     """Single-process trainer state -> the optimizer's keyed by parameter name (as
     torch.distributed.checkpoint's full state dicts are)."""
     if "critic" in state:
@@ -176,7 +178,7 @@ def _named(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
     return {**state, "optimizer": optimizer}
 
 
-def _indexed(state: dict[str, Any], model: Decoder) -> dict[str, Any]:
+def _indexed(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
     """The inverse of `_named`."""
     index = {name: i for i, name in enumerate(_names(model))}
     opt = state["optimizer"]
@@ -192,7 +194,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Any, state: Any, leader: int | None) -> None:
+def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Blob[dict[str, torch.Tensor]],
+            state: Blob[dict[str, dict]], leader: int | None) -> None:
     """A follower rank (a runtime's worker): build its shard, then do what rank 0 orders until
     `stop`. `leader`: rank 0's pid, watched on its machine (None: the runtime ends this rank)."""
     torch.set_num_threads(spec.threads)
@@ -204,7 +207,7 @@ def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Any, stat
     trainer = _sharded(spec, ranks, weights.get(spec.timeout_s, who), state.get(spec.timeout_s, who))
     del weights, state
     while True:
-        order: list[Any] = [None]
+        order: list[Order | None] = [None]
         dist.broadcast_object_list(order, src=0)
         kind, payload = order[0]
         if kind == "stop":

@@ -19,23 +19,24 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from tempering.engine import LLM
 from tempering.models import Decoder
+from tempering.runtime import Blob, Queue, Runtime
 from tempering.weights.layout import distinct
 from tempering.weights.sync import PublishStats, Received
 
 SLICE_S = 0.2  # a receiver's longest wait for an announcement before it looks at its stop flag
+Announcement = tuple[int, Blob[dict[str, torch.Tensor]]]  # (version, its weights)
 
 
 @dataclass(frozen=True)
 class BlobChannel:
     """Where one replica hears of new versions; picklable, opened in the replica's process."""
 
-    queue: Any  # a DeadlineQueue of (version, blob)
+    queue: Queue[Announcement]
     replica: str
     timeout_s: float  # the deadline of fetching one version's blob
 
@@ -46,10 +47,10 @@ class BlobChannel:
 class BlobPublisher:
     """The trainer's side (a `WeightPublisher`)."""
 
-    def __init__(self, runtime: Any, timeout_s: float):
+    def __init__(self, runtime: Runtime, timeout_s: float):
         self.runtime, self.timeout = runtime, timeout_s
-        self.channels: dict[str, Any] = {}
-        self._latest: tuple[int, Any] | None = None
+        self.channels: dict[str, Queue[Announcement]] = {}
+        self._latest: Announcement | None = None
         self.stats = PublishStats()
 
     @property

@@ -12,7 +12,7 @@ trainer at most one copy and a pull with nothing new costs one integer read. Acr
 from __future__ import annotations
 
 import time
-from typing import Any
+from multiprocessing.context import SpawnContext
 
 import torch
 
@@ -23,7 +23,7 @@ from tempering.weights.sync import PublishStats
 
 
 class WeightStore:
-    def __init__(self, model: Decoder, ctx: Any):
+    def __init__(self, model: Decoder, ctx: SpawnContext):
         # state_dict lists a tied lm_head under its own name too; the engine's model ties it the
         # same way, so one shared copy of each storage is enough (the embedding is the largest).
         self.tensors = {k: v.detach().clone().share_memory_() for k, v in distinct(model.state_dict()).items()}

@@ -19,7 +19,9 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
+
+import torch
 
 from tempering.engine import LLM
 from tempering.models import Decoder
@@ -106,7 +108,7 @@ class Received:
     for the engine's thread to load; the receiving thread's failure is kept (`fail`) and raised
     at the engine's next look at `version`."""
 
-    def __init__(self, state: Mapping[str, Any] | None = None):
+    def __init__(self, state: Mapping[str, torch.Tensor] | None = None):
         self.lock = threading.Lock()
         self.state = state
         self._version = -1
@@ -119,7 +121,7 @@ class Received:
             raise self._error
         return self._version
 
-    def set(self, state: Mapping[str, Any] | None, version: int) -> None:
+    def set(self, state: Mapping[str, torch.Tensor] | None, version: int) -> None:
         """Under `lock`: `state` (None: the one held, filled in place) is `version` from now on."""
         if state is not None:
             self.state = state
