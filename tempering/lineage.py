@@ -31,15 +31,19 @@ import time
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Union
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSONObject
 from tempering.records import Group, ToolCall, Trajectory
 from tempering.runtime.interface import Stall
 
 FILENAME = "lineage.sqlite"
 JSONL = "samples.jsonl"
 BATCH = 512  # rows per transaction at most: one commit (an fsync-free WAL append) per batch
+# what the writer's queue carries: a sample (group, index, fate, step), a flush to signal, rows of
+# another table, or None (the end)
+Item = Union[tuple[Group, int, str, int], threading.Event, Callable[[sqlite3.Connection], None], None]
 
 # A tool call's columns after its owner's key: the training `tool_calls` and served_tool_calls.
 TOOL_CALL_COLUMNS = """turn INTEGER, position INTEGER,
@@ -90,7 +94,7 @@ class LineageStore:
     def __init__(self, run_dir: Path | None, deadline_s: float = 120.0, maxsize: int = 65536):
         self.deadline_s = deadline_s
         self.writer_cpu_s = 0.0  # CPU seconds the writer thread has spent (its cost to the run)
-        self._queue: queue.Queue = queue.Queue(maxsize)
+        self._queue: queue.Queue[Item] = queue.Queue(maxsize)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if run_dir is not None:
@@ -125,7 +129,7 @@ class LineageStore:
             self._thread = None
         thread.join(self.deadline_s)
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: Item) -> None:
         self._raise_error()
         try:
             self._queue.put(item, timeout=self.deadline_s)
@@ -219,7 +223,7 @@ def exec_columns(c: ToolCall) -> tuple:
             e.peak_memory_mb, e.start, e.error, json.dumps(sorted(e.files)))
 
 
-def _summary(group: Group, i: int, fate: str, step: int, vmin: int, vmax: int) -> dict[str, Any]:
+def _summary(group: Group, i: int, fate: str, step: int, vmin: int, vmax: int) -> JSONObject:
     """The `samples.jsonl` line: what a glance needs, texts cut at 200 characters."""
     t, r = group.trajectories[i], group.rewards[i]
     return {"step": step, "task": t.task_id, "domain": t.domain, "prompt": group.task.prompt[:200],
@@ -276,7 +280,7 @@ def read_samples(run_dir: Path) -> list[SampleRecord]:
                          r[17], json.loads(r[18])) for r in rows]
 
 
-def read_tool_calls(run_dir: Path, sample_id: int) -> list[dict[str, Any]]:
+def read_tool_calls(run_dir: Path, sample_id: int) -> list[JSONObject]:
     """The tool calls of one sample, in the order made, as column -> value dicts."""
     db = open_read_only(run_dir)
     try:

@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from tempering.config import MetricsConfig
 from tempering.trackers import open_trackers
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
 
-def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+def flatten(values: Mapping[str, object], prefix: str = "") -> dict[str, float]:  # non-numbers dropped
     out: dict[str, float] = {}
     for k, v in values.items():
         key = f"{prefix}{k}"
@@ -32,7 +32,7 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
     return out
 
 
-def progress_bar(cfg: MetricsConfig, **kw: Any) -> "tqdm":
+def progress_bar(cfg: MetricsConfig, **kw: int | str | bool) -> "tqdm":  # kw: tqdm's (total, desc, ...)
     """A tqdm bar on stderr, drawn only when `metrics.progress` is on and stderr is a terminal: a
     bar redrawn into a log file is thousands of carriage returns. Otherwise a disabled bar, whose
     updates cost nothing."""
@@ -64,7 +64,7 @@ class Metrics:
         self._trackers = open_trackers(run_dir, cfg.trackers, cfg.project, cfg.mlflow_uri) if cfg.trackers else []
         self._bar = progress_bar(cfg, total=total_steps, initial=first_step, desc="rl", dynamic_ncols=True)
 
-    def log(self, step: int, values: dict[str, Any]) -> None:
+    def log(self, step: int, values: Mapping[str, object]) -> None:
         flat = flatten(values)
         self._file.write(json.dumps({"step": step, **flat}) + "\n")
         self._file.flush()
@@ -80,7 +80,7 @@ class Metrics:
             self._bar.set_postfix({k.split("/")[-1]: f"{flat[k]:.3g}" for k in ("reward/mean", "loss", "tokens_per_s")
                                    if k in flat}, refresh=False)
 
-    def amend(self, step: int, values: dict[str, Any]) -> None:
+    def amend(self, step: int, values: Mapping[str, object]) -> None:
         """Add `values` to the row of `step`, the last one written: what happened after the row
         (a checkpoint is written only once its step's row is on disk) still lands in its step.
         The file is rewritten whole and replaced, so a kill leaves the old row or the new one."""

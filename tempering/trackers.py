@@ -17,9 +17,11 @@ import json
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import Callable, Protocol
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSONObject
 
 MLFLOW_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 
@@ -30,14 +32,14 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
-def _need(module: str, package: str) -> Any:
+def _need(module: str, package: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError:
         raise UserError(f"metrics.trackers: {module!r} needs the {package} package (pip install {package})") from None
 
 
-def _run_config(run_dir: Path) -> dict[str, Any]:
+def _run_config(run_dir: Path) -> JSONObject:
     path = run_dir / "config.json"
     return json.loads(path.read_text()) if path.exists() else {}
 
@@ -90,8 +92,8 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id)
 
 
-def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat_config(config: JSONObject, prefix: str = "") -> JSONObject:
+    out: JSONObject = {}
     for k, v in config.items():
         if isinstance(v, dict) and v:
             out.update(_flat_config(v, f"{prefix}{k}."))
@@ -102,6 +104,6 @@ def _flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def open_trackers(run_dir: Path, names: tuple[str, ...], project: str, mlflow_uri: str) -> list[Tracker]:
     """The trackers `names` asks for, each started (its run created or resumed)."""
-    made: dict[str, Any] = {"wandb": lambda: WandbTracker(run_dir, project),
+    made: dict[str, Callable[[], Tracker]] = {"wandb": lambda: WandbTracker(run_dir, project),
                             "mlflow": lambda: MlflowTracker(run_dir, project, mlflow_uri)}
     return [made[name]() for name in names]

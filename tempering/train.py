@@ -19,11 +19,11 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSONObject
 from tempering.agent.format import tool_format
 from tempering.algorithms import AdvantageSpec, Overlong, get_advantage
 from tempering.buffer import Accounting, Buffer
@@ -58,10 +58,10 @@ class RunState:
     step: int = 0
     version: int = 0  # the policy version engines serve
     wall_seconds: float = 0.0  # of earlier invocations, before a --resume
-    baseline: dict[str, Any] | None = None  # the baseline evaluation (EvalResult as a dict); None: not yet
+    baseline: JSONObject | None = None  # the baseline evaluation (EvalResult as a dict); None: not yet
 
     @classmethod
-    def from_json(cls, state: dict[str, Any]) -> RunState:
+    def from_json(cls, state: JSONObject) -> RunState:
         return cls(state["step"], state["version"], state["wall_seconds"], state["baseline"])
 
 
@@ -90,7 +90,7 @@ class Run:
         return self.state.wall_seconds + time.monotonic() - self.started
 
 
-def train(cfg: Config, resume: bool = False) -> dict[str, Any]:
+def train(cfg: Config, resume: bool = False) -> JSONObject:
     started = time.monotonic()
     with StopRequest(cfg.run.max_seconds, started) as stop:
         run = prepare(cfg, resume, started)
@@ -380,7 +380,7 @@ def timed(fn, *args) -> float:
     return time.perf_counter() - t0
 
 
-def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, Any] | None = None) -> dict[str, Any]:
+def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, object] | None = None) -> JSONObject:
     baseline = run.state.baseline
     summary = {
         "baseline_accuracy": baseline["accuracy"], "final_accuracy": final.accuracy,
@@ -401,11 +401,11 @@ def finish(run: Run, final: EvalResult, stopped: str, replicas: dict[str, Any] |
     return summary
 
 
-def episode_record(groups: list[Group]) -> dict[str, Any]:
+def episode_record(groups: list[Group]) -> JSONObject:
     """How this step's episodes ended and what their tool calls did (multi-turn domains only)."""
     samples = [t for g in groups for t in g.trajectories]
     calls = [c for t in samples for c in t.tool_calls]
-    record: dict[str, Any] = {"finish": dict(Counter(t.finish_reason for t in samples))}
+    record: JSONObject = {"finish": dict(Counter(t.finish_reason for t in samples))}
     if any(t.turns for t in samples):
         record["turns"] = sum(sum(x.role == "assistant" for x in t.turns) or 1 for t in samples) / len(samples)
         record["tools"] = {"calls": len(calls), "failed": sum(c.failed for c in calls),
@@ -422,7 +422,7 @@ def sample_fates(path: Path) -> dict[str, int]:
 
 
 def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Accounting,
-                stats: StepStats | None, seconds: dict[str, float]) -> dict[str, Any]:
+                stats: StepStats | None, seconds: dict[str, float]) -> JSONObject:
     by_domain: dict[str, list[float]] = defaultdict(list)
     solved: dict[str, list[float]] = defaultdict(list)
     components: dict[str, list[float]] = defaultdict(list)
