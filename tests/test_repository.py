@@ -92,3 +92,11 @@ def test_the_wheel_carries_only_code(tmp_path):
                       r"|\.dist-info/")
     assert [n for n in names if not code.search(n)] == []
     assert not [n for n in names if n.startswith("data/") or "/tasks/" in n and n.endswith(("task.toml", ".md"))]
+
+
+def test_test_files_have_distinct_names():
+    """pytest imports test files by their base name (tests/ has no packages): two files of one
+    name pass on their own and fail a clean clone's collection ("import file mismatch")."""
+    files = subprocess.run(["git", "ls-files", "tests"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    names = [Path(f).name for f in files if Path(f).suffix == ".py" and Path(f).name != "conftest.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

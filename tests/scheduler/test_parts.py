@@ -15,7 +15,7 @@ from tempering.scheduler.orders import GroupOrder
 from tempering.scheduler.placement import Placement
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import test_layers  # noqa: E402
+import test_package_layers  # noqa: E402
 
 
 def order(i: int, batch: int = 0) -> GroupOrder:
@@ -68,7 +68,7 @@ def test_admission_gives_a_place_without_signal_to_a_refill():
 
 
 def test_no_part_references_the_driver():
-    _, modules, _ = test_layers.graph()
+    _, modules, _ = test_package_layers.graph()
     for part in ("admission", "mix", "placement", "orders", "global_"):
         imported = modules[f"tempering.scheduler.{part}"]
         assert not [m for m in imported if m.startswith("tempering.rollout")], part

@@ -6,7 +6,7 @@ edge between the two modules' units: `tempering.tasks.cad.parts` belongs to `tas
 `tempering.pool` to `pool`. A cycle between units (a strongly connected component of more than
 one unit) fails the test, and so does a package whose `__init__` imports a submodule that
 imports the package's `__init__` back (config <-> config.loader). Run as a script it prints the
-cycles and the count of function-level imports: `python tests/test_layers.py`.
+cycles and the count of function-level imports: `python tests/test_package_layers.py`.
 """
 
 from __future__ import annotations
