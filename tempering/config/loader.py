@@ -13,8 +13,8 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from tempering.config import KEYS_REPLACED, Config, ConfigError, _require
-from tempering.config.checks import describe
+from tempering.config.checks import ConfigError, _require, describe
+from tempering.config.sections import KEYS_REPLACED, Config
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
