@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,9 @@ from tempering.engine.partial_attention import flash_with_lse, merge
 from tempering.engine.plan import AttentionPlan
 from tempering.engine.sparse import SparseRows, SparseSpec
 
+if TYPE_CHECKING:  # imported where a block mask is made: flex_attention is slow to import
+    from torch.nn.attention.flex_attention import BlockMask
+
 
 @dataclass
 class PrefillChunk:
@@ -34,7 +37,7 @@ class PrefillChunk:
     length: int
     index: torch.Tensor | None = None  # pool slots of the keys it reads; None = its own keys, causal
     mask: torch.Tensor | None = None  # [length, keys] bool, True = may attend
-    block_mask: Any = None  # flex_attention BlockMask for the same mask
+    block_mask: BlockMask | None = None  # flex_attention's, for the same mask
     sparse: SparseRows | None = None  # its query blocks, in the engine's sparse layers
 
 

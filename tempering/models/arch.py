@@ -6,9 +6,10 @@ accepted: an unsupported model type or rope scaling is a clear error, never a si
 
 from __future__ import annotations
 
-from tempering.errors import UserError
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from tempering.errors import UserError
+from tempering.jsonvalue import JSONObject
 
 SUPPORTED_TYPES = ("llama", "qwen2")
 SUPPORTED_ROPE = ("default", "linear", "llama3")
@@ -25,7 +26,7 @@ class Arch:
     head_dim: int = 0  # 0 = hidden_size // num_attention_heads
     max_position_embeddings: int = 2048
     rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] = field(default_factory=dict)  # {} = plain RoPE
+    rope_scaling: JSONObject = field(default_factory=dict)  # {} = plain RoPE
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = False
     attention_bias: bool = False
@@ -54,7 +55,7 @@ class Arch:
         return self.attention_bias and self.model_type == "llama"
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any]) -> "Arch":
+    def from_hf(cls, cfg: JSONObject) -> "Arch":
         """Read an HF config.json dict (transformers 4.x `rope_theta/rope_scaling` or 5.x
         `rope_parameters`)."""
         model_type = cfg.get("model_type", "llama")
@@ -72,7 +73,7 @@ class Arch:
         kwargs.setdefault("head_dim", 0)
         return cls(rope_theta=theta, rope_scaling=scaling, **kwargs)
 
-    def to_hf(self) -> dict[str, Any]:
+    def to_hf(self) -> JSONObject:
         d = asdict(self)
         d["architectures"] = ["LlamaForCausalLM" if self.model_type == "llama" else "Qwen2ForCausalLM"]
         d["hidden_act"] = "silu"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +24,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSONObject
 from tempering.models.arch import Arch
 from tempering.models.checkpoint import _read_tensors, read_arch
 from tempering.models.decoder import Attention, Block, Body, causal_attention, init_parameters
@@ -83,7 +83,7 @@ class SequenceClassifier(nn.Module):
     def init_weights(self, generator: torch.Generator | None = None, std: float = 0.02) -> None:
         init_parameters(self, generator, std)
 
-    def hf_config(self) -> dict[str, Any]:
+    def hf_config(self) -> JSONObject:
         cfg = self.arch.to_hf()
         cfg["architectures"] = [ARCHITECTURES[self.arch.model_type]]
         cfg["id2label"] = {str(i): f"LABEL_{i}" for i in range(self.num_labels)}

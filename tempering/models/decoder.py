@@ -12,7 +12,7 @@ applied from outside.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,8 @@ from tempering.models.rope import apply_rotary, cos_sin, inverse_frequencies
 # attention(layer_index, q [B,H,T,D], k [B,KVH,T,D], v [B,KVH,T,D]) -> [B,H,T,D]
 Attention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # head(hidden [B,T,hidden] after the final norm, lm_head weight [vocab, hidden]) -> what forward returns
-Head = Callable[[torch.Tensor, torch.Tensor], Any]
+R = TypeVar("R")
+Head = Callable[[torch.Tensor, torch.Tensor], R]
 
 
 def causal_attention(layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -127,7 +128,7 @@ class Decoder(nn.Module):
         return self.model(input_ids, self.inv_freq, positions, attention)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None,
-                attention: Attention = causal_attention, head: Head | None = None) -> Any:
+                attention: Attention = causal_attention, head: Head[R] | None = None) -> torch.Tensor | R:
         """-> logits [B, T, vocab] in fp32; with `head`, what head(hidden, lm_head.weight) returns."""
         hidden = self.hidden_states(input_ids, positions, attention)
         if head is not None:

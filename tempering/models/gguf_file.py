@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tempering.errors import UserError
+from tempering.jsonvalue import JSON, JSONObject
+
+if TYPE_CHECKING:  # gguf is imported when a GGUF file is read (an optional dependency)
+    from gguf import GGUFReader, GGUFValueType, ReaderField
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 TENSOR_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -59,7 +63,7 @@ def to_folder(path: str | Path, dest: str | Path) -> Path:
     return dest
 
 
-def _fields(reader: Any) -> dict[str, Any]:
+def _fields(reader: GGUFReader) -> JSONObject:
     """The metadata as Python values (strings decoded, arrays as lists)."""
     import gguf
 
@@ -68,15 +72,15 @@ def _fields(reader: Any) -> dict[str, Any]:
             for name, f in reader.fields.items() if f.types}
 
 
-def _value(field: Any, i: int, kind: Any) -> Any:
+def _value(field: ReaderField, i: int, kind: GGUFValueType) -> JSON:
     import gguf
 
     part = field.parts[i]
     return bytes(part).decode("utf-8", errors="replace") if kind == gguf.GGUFValueType.STRING else part.tolist()[0]
 
 
-def _config(meta: dict[str, Any], arch: str, names: set[str], path: Path) -> dict[str, Any]:
-    def need(key: str) -> Any:
+def _config(meta: JSONObject, arch: str, names: set[str], path: Path) -> JSONObject:
+    def need(key: str) -> JSON:
         if f"{arch}.{key}" not in meta:
             raise UserError(f"{path}: no {arch}.{key} in the metadata")
         return meta[f"{arch}.{key}"]
@@ -101,7 +105,7 @@ def _config(meta: dict[str, Any], arch: str, names: set[str], path: Path) -> dic
     return config
 
 
-def _tensors(reader: Any, config: dict[str, Any], arch: str, path: Path) -> dict[str, np.ndarray]:
+def _tensors(reader: GGUFReader, config: JSONObject, arch: str, path: Path) -> dict[str, np.ndarray]:
     from gguf.quants import dequantize
 
     out: dict[str, np.ndarray] = {}
@@ -134,7 +138,7 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *rest).swapaxes(1, 2).reshape(w.shape)
 
 
-def _write_tokenizer(meta: dict[str, Any], dest: Path, path: Path) -> None:
+def _write_tokenizer(meta: JSONObject, dest: Path, path: Path) -> None:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     kind, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "default")
