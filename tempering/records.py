@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 import torch
 
+from tempering.jsonvalue import JSON
 from tempering.sandbox_paths import WORKSPACE
 
 
@@ -122,7 +123,7 @@ class ToolCall:
     is the sandbox execution when the tool ran a command."""
 
     name: str
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, JSON]  # as the model wrote them (a JSON object, or the compact format's strings)
     output: str = ""  # what the tool returned to the model (before rendering)
     error: str = ""
     # what kind of error, for the metrics: "malformed", "unknown_tool", "bad_arguments" (the

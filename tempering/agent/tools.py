@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-from typing import Any, Mapping
+from typing import Mapping
 
+from tempering.jsonvalue import JSON
 from tempering.records import Budget, ExecReason, ExecResult, Task, ToolCall
 from tempering.tasks import get_domain
 from tempering.tasks.host import Param, Tool, ToolError, ToolHost
@@ -111,7 +112,7 @@ def ends_episode(call: ToolCall, task: Task) -> bool:
     return tool is not None and tool.ends_episode and not call.error
 
 
-def bind_arguments(tool: Tool, given: Mapping[str, Any]) -> dict[str, str]:
+def bind_arguments(tool: Tool, given: Mapping[str, JSON]) -> dict[str, str]:
     """The call's arguments by parameter name, all strings; positional ones (compact format)
     fill the parameters in order, the last taking every remaining line."""
     if "_positional" in given:

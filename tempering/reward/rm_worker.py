@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from typing import Any, Sequence
+from typing import Sequence, cast
 
 import torch
 
@@ -98,18 +98,18 @@ class RewardModelWorker:
         """The scores of `texts`, in order, within `cfg.timeout_s`; raises `RewardModelError`."""
         if not texts:
             return []
-        return self._call("score", list(texts), self.cfg.timeout_s)
+        return cast(list[float], self._call("score", list(texts), self.cfg.timeout_s))
 
     def load(self, path: str, timeout_s: float = START_TIMEOUT_S) -> int:
         """New weights from the folder `path` (the tokenizer stays); returns the new version.
         A folder that does not hold a one-label classifier is a `UserError`; the old weights stay."""
-        self.version = self._call("load", str(path), timeout_s)
+        self.version = cast(int, self._call("load", str(path), timeout_s))
         return self.version
 
     def stats(self) -> dict[str, float]:
         """Counters since the start (see `ScorerStats`), with `mean_batch_rows` (texts per forward
         pass), `mean_gather_requests` (requests per gather) and `timeouts` (calls given up here)."""
-        out = self._call("stats", None, self.cfg.timeout_s)
+        out = cast(dict[str, float], self._call("stats", None, self.cfg.timeout_s))
         out["mean_batch_rows"] = out["misses"] / out["batches"] if out["batches"] else 0.0
         out["mean_gather_requests"] = out["requests"] / out["gathers"] if out["gathers"] else 0.0
         with self._lock:
@@ -146,7 +146,7 @@ class RewardModelWorker:
 
     # ---- client side ----
 
-    def _call(self, op: str, args: Any, timeout_s: float) -> Any:
+    def _call(self, op: str, args: object, timeout_s: float) -> object:  # what the op gives back
         future: cf.Future = cf.Future()
         with self._lock:
             if self._gone is not None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from tempering.config import SchedulerConfig
+from tempering.jsonvalue import JSON, JSONObject
 
 
 @dataclass
@@ -77,11 +78,11 @@ class Curriculum:
         s = self._records[domain].signals
         return sum(s) / len(s) if s else None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> JSONObject:  # saved in a checkpoint's state.json
         return {name: {"passes": list(r.passes), "signals": list(r.signals), "level": r.level,
                        "promotions": r.promotions} for name, r in self._records.items()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, JSON]) -> None:
         """Restore what a checkpoint saved; domains no longer in the mix are dropped, new ones
         start fresh, and a level above a domain's top is clamped to it."""
         for name, saved in state.items():

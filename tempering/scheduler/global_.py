@@ -13,9 +13,10 @@ its jobs (`scheduler.local`), nor of the rollout service that drives it.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Mapping
+from typing import Mapping
 
 from tempering.config import SchedulerConfig, TasksConfig
+from tempering.jsonvalue import JSON, JSONObject
 from tempering.pool import TaskPool
 from tempering.scheduler.admission import Admission
 from tempering.scheduler.mix import Mix
@@ -104,10 +105,10 @@ class GlobalScheduler:
     def metrics(self) -> dict[str, dict[str, float]]:
         return self.mix.metrics()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> JSONObject:  # saved in a checkpoint's state.json
         return self.mix.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, JSON]) -> None:
         self.mix.load_state_dict(state)
 
     def _capacity(self) -> None:

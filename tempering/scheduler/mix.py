@@ -18,9 +18,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from typing import Any, Mapping
+from typing import Mapping
 
 from tempering.config import ConfigError, SchedulerConfig
+from tempering.jsonvalue import JSON, JSONObject
 from tempering.pool import TaskPool
 from tempering.scheduler.curriculum import Curriculum
 from tempering.scheduler.orders import GroupReport, NodePolicy
@@ -157,12 +158,12 @@ class Mix:
                 "pass_rate": {n: p for n in target if (p := c.pass_rate(n)) is not None},
                 "signal": {n: s for n in target if (s := c.signal(n)) is not None}}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> JSONObject:  # saved in a checkpoint's state.json
         g = self._growth()
         return {"curriculum": self.curriculum.state_dict(), "cost": self.cost, "learned": sorted(self._learned),
                 "usage": {n: [x / g for x in u] for n, u in self.usage.items()}}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, JSON]) -> None:
         self.curriculum.load_state_dict(state["curriculum"])
         g = self._growth()
         for name in self.usage:

@@ -15,7 +15,7 @@ This module only defines these types; `model.generate` fills them in (the simula
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 Key = tuple[str, str, str]  # (table, row, column); prose quotes are ("prose", "m<i>", "")
 
@@ -27,7 +27,7 @@ UNITS = {"thousands": 1_000, "millions": 1_000_000}
 # pair only); `notes`: the notes are printed (a brief report has the statements and segments only,
 # on about two pages); `target_chars`: risk factors are added until the markdown is at least this
 # long (long reports: 100k+ tokens at ~4 characters a token).
-SIZES: dict[str, dict[str, Any]] = {
+SIZES: dict[str, dict[str, int | bool | tuple[int, int]]] = {
     "brief": dict(years=(2, 2), segments=(2, 2), regions=(3, 3), quarters=1, risks=(0, 0), risk_paragraphs=(1, 1),
                   mdna_segments=False, policies=False, notes=False, target_chars=0),
     "short": dict(years=(2, 3), segments=(2, 3), regions=(3, 3), quarters=1, risks=(1, 2), risk_paragraphs=(1, 1),

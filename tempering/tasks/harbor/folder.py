@@ -20,7 +20,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from tempering.sandbox.request import ExecTag, Mount
 from tempering.sandbox.session import SessionSpec
@@ -63,7 +63,7 @@ class TaskConfig:
     cpus: float = 1.0
     storage_mb: int | None = None  # the workspace's size, when task.toml says (capped by Limits.disk_mb)
     verifier_env: Mapping[str, str] = field(default_factory=dict)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)  # TOML values
     needs: needs.Needs = field(default_factory=needs.Needs)  # the [tempering] table
 
 
@@ -193,7 +193,7 @@ def _strings(table: dict, key: str, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _megabytes(value: Any, path: Path, key: str) -> int:
+def _megabytes(value: object, path: Path, key: str) -> int:
     """2048, "2G", "512M", "2GB" -> megabytes."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value

@@ -31,17 +31,20 @@ import random
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy
 
 from tempering.verdict import InfrastructureError
 from tempering.tasks.reasoning.catalog import CARRIED, FIXED, SEEDED_INIT
 
+if TYPE_CHECKING:  # reasoning_gym is imported when a dataset is first built (`library`)
+    from reasoning_gym.dataset import ProceduralDataset
+
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the entry dict inside is not hashable
 class Built:
-    dataset: Any  # reasoning_gym ProceduralDataset: its score_answer and config
+    dataset: ProceduralDataset  # its score_answer and config
     entry: dict
     oracle: str
 
@@ -96,7 +99,7 @@ def carried(dataset: str, config: str, answer: str) -> Built:
 
 
 @functools.lru_cache(maxsize=256)
-def _instance(dataset: str, config: str) -> Any:
+def _instance(dataset: str, config: str) -> ProceduralDataset:
     """The dataset object (with seed 0), its files loaded once per process."""
     return library().create_dataset(dataset, seed=0, size=1, **json.loads(config))
 
