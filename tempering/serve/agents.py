@@ -100,8 +100,9 @@ class AgentService:
             watcher.set()
             if host is not None:
                 envs.close(host)
-        sink.finish(result, record.version)
+        # on record before the client has its answer (a client that reads the record next finds it)
         self.server.served(dataclasses.replace(record, status=CLIENT_CLOSED if run.cancelled.is_set() else 200))
+        sink.finish(result, record.version)
 
     def _run(self, task: Task, params: SamplingParams, host: ToolHost | None, call: "Call", sink: "_Sink") -> AgentRun:
         engine, tok = self.server.engine, self.server.engine.tokenizer

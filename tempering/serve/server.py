@@ -173,8 +173,8 @@ class Handler(BaseHTTPRequestHandler):
             raise api.ApiError(400, f"the body is not valid JSON: {e}") from None
 
     def _fail(self, call: "Call", e: api.ApiError) -> None:
-        self._error(e)
         self.server.served(call.record(e.status, error=e.message))
+        self._error(e)
 
     def _submit(self, call: "Call", req: api.ApiRequest, ids: list[list[int]]) -> queue.Queue:
         events: queue.Queue = queue.Queue()
@@ -222,11 +222,11 @@ class Handler(BaseHTTPRequestHandler):
         n, tok = req.params.n, self.server.engine.tokenizer
         choices = [api.choice(req, tag * n + c.index, c, tok) for tag in sorted(call.done) for c in call.done[tag].outputs]
         self.version = call.version
-        self._json(200, api.response(req, self.server.model_name, choices, sum(map(len, ids)), call.generated,
-                                     call.version))
         calls = [ToolCall(c["function"]["name"], json.loads(c["function"]["arguments"]), id=c["id"])
                  for ch in choices for c in (ch.get("message") or {}).get("tool_calls", [])]
-        self.server.served(call.record(200, ids=ids, calls=calls))
+        self.server.served(call.record(200, ids=ids, calls=calls))  # on record before the client has it
+        self._json(200, api.response(req, self.server.model_name, choices, sum(map(len, ids)), call.generated,
+                                     call.version))
 
     def _stream(self, call: "Call", req: api.ApiRequest, ids: list[list[int]]) -> None:
         try:
