@@ -96,8 +96,8 @@ class EngineConfig:
     backend: Literal["tempering", "vllm"] = "tempering"
     max_batch_size: Annotated[int, Range(gt=0)] = 256  # sequences decoded together
     max_seq_len: Annotated[int, Range(gt=0)] = 512  # prompt + generated tokens of one sequence
-    # tokens per KV block: 16 reads the pool in runs long enough for the paged decode kernel (on
-    # bench/engine.py 1.14-1.33x the tokens per CPU-second of 4) for about 3% of slots unused
+    # tokens per KV block: 16 reads the pool in runs long enough for the paged decode kernel, for
+    # a few slots left unused (docs/benchmarks.md)
     block_size: Annotated[int, Range(gt=0)] = 16
     kv_blocks: Annotated[int, Range(ge=0)] = 0  # KV blocks in the pool; 0 = enough for max_batch_size full-length sequences
     max_batched_tokens: Annotated[int, Range(gt=0)] = 512  # tokens per engine step: decodes plus chunks of prefill
@@ -106,19 +106,18 @@ class EngineConfig:
     # instead of being recomputed; 0 = preempt by recompute only (also the fallback when it is full)
     swap_blocks: Annotated[int, Range(ge=0, note="0 = no swap, recompute")] = 0
     # the engine's weights and so its KV cache: "auto" = the model's as given (the trainer's, for
-    # rollouts). "bfloat16" on a CPU with AMX runs the linear layers 4-9x faster (bench/engine.py's
-    # bf16 case: 1.9x the tokens per CPU-second of float32), at the price of engine logprobs further
-    # from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap bounds the weights).
-    # Without such units (AVX2 only) 16-bit runs several times slower than float32: the engine warns
+    # rollouts). "bfloat16" is much faster on a CPU with AMX or AVX512-BF16, at the price of engine
+    # logprobs further from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap
+    # bounds the weights). Without such units 16-bit runs slower than float32: the engine warns
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    # "int8": the rollouts' linear layers run as dynamic int8 with a scale per output channel
-    # (PyTorch's fbgemm kernels; a quarter of the weight bytes read per decode step), made again
-    # from the float32 weights at every load; the trainer stays float32, and
+    # "int8": the rollouts' linear layers hold weight-only int8 with a scale per output row (a C
+    # kernel of ours, engine/cpu/int8_linear.c; activations stay float32), made again from the
+    # float32 weights at every load; the trainer stays float32, and
     # algorithm.off_policy = "decoupled" absorbs the gap. CPU and a float32 engine only
     weights: Literal["auto", "int8"] = "auto"
     # the KV cache's storage: "fp32" = the engine's dtype (above); "fp16" / "bf16" = 16-bit keys and
     # values under a float32 engine (half the bytes, and half what each decode step reads; fp16
-    # keeps 3 more mantissa bits, bf16 float32's range); "int8" = per-token scales, about 0.27x
+    # keeps 3 more mantissa bits, bf16 float32's range); "int8" = per-token scales, about a quarter
     kv_dtype: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
     # a directory: keys and values live in a memory-mapped file there, and blocks a step did not
     # read or write leave memory after it (engine.kv_offload); "" = all in memory
