@@ -335,8 +335,14 @@ def warm_up(run: Run, stop: StopRequest) -> None:
     with open(run.dir / "sft.jsonl", "w") as log, \
             progress_bar(run.cfg.metrics, total=sft.steps, desc="sft") as bar:
 
+        started = time.perf_counter()
+
         def on_step(step: int, stats: StepStats) -> None:
-            log.write(json.dumps({"step": step + 1, "loss": stats.loss}) + "\n")
+            # flushed each step: a real model's warm-up takes minutes a step on a CPU, and this
+            # file is how one without a terminal sees it move
+            log.write(json.dumps({"step": step + 1, "loss": stats.loss,
+                                  "seconds": round(time.perf_counter() - started, 3)}) + "\n")
+            log.flush()
             bar.update(1)
             bar.set_postfix(loss=f"{stats.loss:.3g}", refresh=False)
 
