@@ -41,18 +41,15 @@ def sft_batch(tokenizer: Tokenizer, tasks: Sequence[Task], fmt: ToolFormat | Non
     return pack(rows, tokenizer.pad_id)
 
 
-def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None,
-                      turns: Sequence[str] | None = None) -> Episode:
-    """`task`'s reference played as a rollout would play it: `turns` (the reference turns in the
-    run's tool format; by default those of `task.reference_turns`)."""
+def reference_episode(task: Task, tokenizer: Tokenizer, fmt: ToolFormat | None, turns: Sequence[str]) -> Episode:
+    """`task`'s reference played as a rollout would play it: `turns` are its reference turns in
+    the run's tool format (`ToolFormat.in_format`)."""
     if fmt is None:
         raise ValueError(f"task {task.id} has tools: its SFT example needs a tool format")
     hosts = Environments(None).open(task, 1, GroupKey("sft"))
     tools = tool_schemas(task) if tokenizer.chat_template else None
     episode = Episode(task, 0, tokenizer.encode_prompt(task.prompt, task.messages, tools), task.budget.max_tokens,
                       1 << 30, fmt.parse, fmt.renderer, hosts[0] if hosts else None)
-    if turns is None:
-        turns = [fmt.in_format(turn, task) for turn in task.reference_turns]
     return replay(episode, turns, tokenizer)
 
 
