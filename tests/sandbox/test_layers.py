@@ -16,6 +16,7 @@ from sandbox_helpers import needs_bwrap
 from tempering.records import ExecReason
 from tempering.sandbox import ExecRequest, SessionSpec, Workspace, layers, wheels
 from tempering.sandbox.toolchain import MANIFEST, default_dir
+from tempering.sandbox.toolchain import build as toolchain_build
 
 pytestmark = [needs_bwrap, pytest.mark.skipif(not (default_dir() / MANIFEST).is_file(),
                                               reason="no toolchain built (scripts/setup.sh), so no layers")]
@@ -89,3 +90,15 @@ def test_a_source_archive_is_found_locally_and_refused_when_none_fits(tmp_path, 
     assert wheels.source("some-pkg<2") == ("Some_Pkg-1.2.tar.gz", b"1.2")
     with pytest.raises(wheels.WheelError, match="no source archive of it either"):
         wheels.source("some-pkg>3")
+
+
+def test_setup_run_beside_a_live_sandbox_leaves_its_layers_working(sandbox, two_layers):
+    """scripts/setup.sh run while a sandbox is up (a demo beside the test suite) once replaced
+    the toolchain folder the sandbox had bound, and its jobs with a layer failed to mount it."""
+    mine, _ = two_layers
+    with sandbox.open_session(SessionSpec(workdir="/app", layer=mine)) as s:
+        assert s.run(("python3", "-c", "import layer_a"), time_limit_s=30).exit_code == 0
+    toolchain_build.main([])
+    with sandbox.open_session(SessionSpec(workdir="/app", layer=mine)) as s:
+        r = s.run(("bash", "-c", "python3 -c 'import layer_a' && pytest --version"), time_limit_s=30)
+    assert r.exit_code == 0, r

@@ -82,6 +82,9 @@ def test_a_built_toolchain_rebuilds_without_the_network(tmp_path):
     (dest / "bin" / "pip").unlink()  # a shim gone missing is put back
     assert "up to date" in toolchain_build.build(dest, "/usr/bin/python3")
     assert (dest / "bin" / "pip").is_symlink() and not (tmp_path / "tc.new").exists()
+    inode = dest.stat().st_ino  # built again with nothing changed: the folder itself is kept
+    assert toolchain_build.build(dest, "/usr/bin/python3").endswith("unchanged")
+    assert dest.stat().st_ino == inode and not (tmp_path / "tc.new").exists()
     tc = Toolchain.load(dest)  # (not `locate`: pytest's tmp_path is private, which locate refuses)
     assert "pytest" in tc.python_packages and "pytest" in tc.commands and "bash" in tc.apt_packages
     assert tc.missing(python=["pytest", "no-such-package"], commands=["git", "no-such-command"]) == [

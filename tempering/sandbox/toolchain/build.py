@@ -13,16 +13,20 @@ named on stderr: scripts/setup.sh installs them) and the commands on the sandbox
 Idempotent: pip runs only when the requirements changed, so a built toolchain is rebuilt
 offline (shims and manifest refreshed); without the network and without an earlier build it
 fails, naming why. The new folder is built beside DEST and renamed over it, so a sandbox
-never sees half a toolchain.
+never sees half a toolchain; when it comes out the same as DEST it is dropped and DEST is left
+alone, because a running sandbox binds DEST's folder and a replaced one breaks its new jobs
+(scripts/setup.sh run beside a test suite or a training run).
 """
 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -79,10 +83,26 @@ def build(dest: Path, guest_python: str) -> str:
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)  # an earlier build, if any, stays as it was
         raise
+    if dest.exists() and _same_tree(new, dest):
+        shutil.rmtree(new)
+        return f"toolchain {dest}: {did}, unchanged"
     if dest.exists():
         shutil.rmtree(dest)
     new.rename(dest)
     return f"toolchain {dest}: {did}"
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    """The same paths under `a` and `b`, each with the same kind, mode, bytes or link target."""
+    def entries(root: Path) -> dict[str, tuple[int, str]]:
+        out = {}
+        for path in root.rglob("*"):
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (st.st_mode, os.readlink(path) if path.is_symlink() else "")
+        return out
+    ea, eb = entries(a), entries(b)
+    return ea == eb and all(filecmp.cmp(a / rel, b / rel, shallow=False) for rel, (mode, link) in ea.items()
+                            if stat.S_ISREG(mode))
 
 
 def _fill(new: Path, dest: Path, want: str, version: str, guest_python: str) -> str:
