@@ -40,6 +40,7 @@ from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
 from tempering.runtime import Resources, StopRequest, threads_per_process
+from tempering.runtime.elastic import ElasticPolicy
 from tempering.runtime.factory import open_runtime
 from tempering.sandbox import telemetry as sandbox_log
 from tempering.tokenizer import Tokenizer, char_tokenizer, load_tokenizer
@@ -106,7 +107,7 @@ def train(cfg: Config, resume: bool = False) -> JSONObject:
                     run.trainer.load(run.shards)
             with RolloutService(rollout_spec(run), run.policy, run.state.version, run.scheduler, runtime,
                                 cfg.runtime.replicas, cfg.runtime.replica_resources,
-                                cfg.runtime.max_replicas) as rollout:
+                                cfg.runtime.max_replicas, elastic_policy(cfg.runtime)) as rollout:
                 if run.state.baseline is None:
                     run.state.baseline = dataclasses.asdict(run_eval(run, rollout, "baseline"))
                 if not stop.is_set():
@@ -264,6 +265,14 @@ def with_adapters(cfg: Config, run_dir: Path, model: Decoder, ckpt: Path | None)
     if ckpt is not None:
         load_peft(model, ckpt / "adapter")
     return model
+
+
+def elastic_policy(cfg: RuntimeConfig) -> ElasticPolicy | None:
+    """runtime.min_replicas >= 1: the policy that adds and drains replicas between the bounds."""
+    if cfg.min_replicas == 0:
+        return None
+    return ElasticPolicy(cfg.min_replicas, cfg.max_replicas or cfg.replicas, cfg.scale_up_wait, cfg.scale_down_idle,
+                         cfg.scale_patience, cfg.scale_cooldown)
 
 
 def check_deterministic(cfg: Config) -> None:
@@ -462,6 +471,10 @@ def step_record(run: Run, rollout: RolloutBatch, groups: list[Group], acct: Acco
                     **({"requeued_groups": rollout.requeued} if rollout.requeued else {})},
         # with more than the one replica: the groups each sent (spread, and when one came or went)
         **({"replicas": rollout.replicas} if set(rollout.replicas) != {"rollout-0"} else {}),
+        # runtime.min_replicas >= 1: replicas taking groups, the count wanted, the trainer's wait and
+        # the engines' idle fractions, and the decision (+1 add, -1 drain, 0 hold) with its reason's
+        # code (runtime.elastic.REASONS; the changes' reasons in words are in the summary)
+        **({"elastic": rollout.elastic} if rollout.elastic is not None else {}),
         # Where a step's time goes: a trainer that mostly waits is rollout-bound. The worker's
         # start-up (first step), checkpoint writes and held-out evaluations are timed apart.
         "seconds": seconds,

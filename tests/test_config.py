@@ -108,6 +108,25 @@ def test_runtime_section_defaults_and_checks():
                        ).runtime.checkpoint_format == "sharded"
 
 
+def test_elastic_replicas_bounds_say_what_is_expected():
+    """runtime.min_replicas: at most the count a run starts with, and below the maximum."""
+    for overrides, words in (
+            (["--runtime.kind=ray", "--runtime.replicas=1", "--runtime.min_replicas=2", "--runtime.max_replicas=3"],
+             r"runtime.min_replicas: expected 0 \(off\) or at most runtime.replicas \(1\)"),
+            (["--runtime.kind=ray", "--runtime.replicas=2", "--runtime.min_replicas=2", "--runtime.max_replicas=2"],
+             r"runtime.min_replicas: expected 0 \(off\) or below runtime.max_replicas .*: 2\), so that there is a range"),
+            (["--runtime.min_replicas=1"], r"runtime.min_replicas: expected .* below runtime.max_replicas"),
+            (["--runtime.scale_up_wait=0"], r"runtime.scale_up_wait: expected a number in \(0, 1\]"),
+            (["--runtime.scale_patience=0"], r"runtime.scale_patience: expected an integer >= 1")):
+        with pytest.raises(ConfigError, match=words):
+            load_config(None, overrides)
+    ray = load_config(None, ["--runtime.kind=ray", "--runtime.replicas=2", "--runtime.min_replicas=1",
+                             "--runtime.max_replicas=4"]).runtime
+    assert (ray.min_replicas, ray.replicas, ray.max_replicas) == (1, 2, 4)
+    # the local runtime drains and restarts processes up to the count it started with
+    assert load_config(None, ["--runtime.replicas=2", "--runtime.min_replicas=1"]).runtime.min_replicas == 1
+
+
 @pytest.mark.parametrize("old, new", [("grpo", ["ppo", "seq_mean_token_mean"]), ("drgrpo", ["ppo", "seq_sum_const"]),
                                       ("dapo", ["ppo", "token_mean"])])
 def test_a_replaced_value_says_what_replaced_it_and_that_works(tmp_path, old, new):

@@ -200,3 +200,34 @@ def test_a_replica_never_placed_is_given_up_without_a_wait_and_another_is_tried(
         assert set(service.replicas.live) == {"rollout-0"} and len(service.replicas.placing) <= 1
         assert service.report()["nodes"]["rollout-1"] == ""  # never ran
     assert [len(b.groups) for b in batches] == [6, 6]
+
+
+def test_a_replica_the_elastic_policy_removes_drains_its_groups_and_leaves(run):
+    """A trainer that works a second between batches while two replicas take a fraction of that
+    to make one: the policy (patience 1) drains one; it finishes the groups it was sent, which
+    join their batches, and its worker returns on its own (exit code 0, not killed). Every batch
+    is whole, each group filed once, none re-placed."""
+    from tempering.runtime.elastic import ElasticPolicy
+
+    policy = ElasticPolicy(1, 2, up_wait=0.9, down_idle=0.3, patience=1, cooldown=0)
+    with RolloutService(rollout_spec(run), run.model, 0, run.scheduler, LocalRuntime(), replicas=2,
+                        elastic=policy) as service:
+        workers = {name: r.worker for name, r in service.replicas.live.items()}
+        batches = [service.next_batch(None)]
+        drained = None
+        for version in range(1, 6):
+            service.publish(run.model, version)
+            time.sleep(1.0)  # the trainer's step
+            batches.append(service.next_batch(None))
+            if drained is None and service.replicas.draining:
+                [drained] = service.replicas.draining
+        report = service.report()
+        assert service.evaluate("final").accuracy >= 0.0  # on the replica that stayed
+    assert drained is not None, [b.elastic for b in batches]
+    assert [d["action"] for d in report["elastic"]] == ["remove"]
+    assert report["elastic"][0]["reason"] == "trainer_bottleneck"
+    assert drained not in service.replicas.live and workers[drained].process.exitcode == 0
+    assert [len(b.groups) for b in batches] == [6] * 6
+    assert sum(report["groups"].values()) == 36 and report["groups"][drained] > 0
+    assert report["requeued_groups"] == report["superseded_groups"] == 0
+    assert batches[0].elastic is None and all(b.elastic is not None for b in batches[1:])

@@ -408,9 +408,25 @@ class RuntimeConfig:
     # ray: "local" starts a private instance; HOST:PORT, ray://HOST:PORT or "auto" joins a cluster
     address: Annotated[str, Match(NONBLANK, "'local', 'auto', HOST:PORT or ray://HOST:PORT")] = "local"
     replicas: Annotated[int, Range(ge=1)] = 1  # engine replicas, each a rollout worker (and a sandbox node when a domain needs one)
-    # ray: up to this many replicas; while running, one more starts whenever the cluster has room
-    # for it (a node joined, or a lost replica's node came back); 0 = `replicas`, fixed
+    # up to this many replicas (more than `replicas` on Ray only): while running, one more starts
+    # whenever the cluster has room for it (a node joined, or a lost replica's node came back), or
+    # with min_replicas >= 1 when the elastic policy asks for it; 0 = `replicas`
     max_replicas: Annotated[int, Range(ge=0)] = 0
+    # >= 1: elastic replicas (`runtime.elastic`): between min_replicas and max_replicas (0 there:
+    # `replicas`), one is added when the trainer waits for batches and one drained when the trainer
+    # is the bottleneck; a replica lost is replaced when there is room. 0 = off: `replicas` start,
+    # and more up to max_replicas whenever the cluster has room
+    min_replicas: Annotated[int, Range(ge=0, note="0 = no elastic scaling")] = 0
+    # elastic: the trainer's wait for batches, as a fraction of its cycle (wait + step + publish),
+    # at or above which a replica is added
+    scale_up_wait: Annotated[float, Range(gt=0, le=1)] = 0.3
+    # elastic: the replicas' engine idle fraction over the trainer's cycle at or above which one is
+    # drained (while the trainer waits less than scale_up_wait)
+    scale_down_idle: Annotated[float, Range(gt=0, le=1)] = 0.6
+    # elastic: consecutive steps that agree before a replica is added or drained, and steps
+    # ignored after each change (they show it settling)
+    scale_patience: Annotated[int, Range(ge=1)] = 3
+    scale_cooldown: Annotated[int, Range(ge=0)] = 3
     # ray: custom resources each replica asks its node for, e.g. { engine = 1 } where only
     # engine nodes offer "engine" (one replica per node then); local: ignored
     replica_resources: dict[str, float] = field(default_factory=dict)
@@ -441,6 +457,12 @@ class RuntimeConfig:
         _require(self.kind == "ray" or self.max_replicas <= self.replicas, "runtime.max_replicas",
                  "at most runtime.replicas on the local runtime (only a Ray cluster gains nodes while running)",
                  self.max_replicas)
+        _require(self.min_replicas <= self.replicas, "runtime.min_replicas",
+                 f"0 (off) or at most runtime.replicas ({self.replicas}), the count a run starts with",
+                 self.min_replicas)
+        _require(self.min_replicas == 0 or self.min_replicas < (self.max_replicas or self.replicas),
+                 "runtime.min_replicas", f"0 (off) or below runtime.max_replicas (or runtime.replicas when it is 0: "
+                 f"{self.max_replicas or self.replicas}), so that there is a range to scale in", self.min_replicas)
         for key in ("replica_resources", "trainer_resources"):  # a name and its amount together
             for name, amount in getattr(self, key).items():
                 _require(amount > 0 and name not in ("CPU", "GPU"), f"runtime.{key}.{name}",

@@ -49,6 +49,7 @@ class RolloutBatch:
     engine_busy_s: float = 0.0  # wall time inside engine steps since the workers started (idle = 1 - busy/wall)
     requeued: int = 0  # its groups re-placed on another replica after theirs was lost
     replicas: dict[str, int] = field(default_factory=dict)  # replica -> its groups in this batch
+    elastic: dict[str, float] | None = None  # the elastic policy's decision on this batch (`runtime.elastic`)
 
 
 @dataclass

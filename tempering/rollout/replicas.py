@@ -60,6 +60,7 @@ class Replicas:
         self.live: dict[str, Replica] = {}
         self.placing: dict[str, Replica] = {}  # started, not yet running: no orders, not among `workers()`
         self.lost: dict[str, str] = {}  # name -> why
+        self.draining: set[str] = set()  # live ones told to `Leave`: they take no new group (`scaling`)
         self.all: list[Replica] = []
 
     def start(self, placing: bool = False) -> Replica:
@@ -94,6 +95,10 @@ class Replicas:
         """Whether the runtime would place one more replica now."""
         return self.runtime.has_room(self.resources)
 
+    def taking(self) -> list[str]:
+        """The live replicas that take new groups (none draining)."""
+        return [name for name in self.live if name not in self.draining]
+
     def workers(self) -> list[WorkerHandle]:
         return [r.worker for r in self.live.values()]
 
@@ -115,6 +120,7 @@ class Replicas:
         seconds, the stall deadline by default, to end before it is killed)."""
         if self.live.pop(replica.name, None) is None:
             del self.placing[replica.name]
+        self.draining.discard(replica.name)
         self.groups.remove(replica.name)
         self.replies.remove(replica.name)
         if isinstance(self.weights, BlobPublisher):

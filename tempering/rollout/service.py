@@ -7,8 +7,10 @@ come back through one `Inbox` to the `BatchAssembler`; `next_batch` returns batc
 once admission says they are complete. It feeds the measured throughputs back, asks one replica
 for held-out evaluations, and puts every wait under the run's stall deadline. A replica whose
 worker died is lost: placement hands back its orders to send again (a result it sent for them is
-set aside); with none left the run fails. Below `max_replicas` it starts one more replica
-whenever the runtime has room. The in-flight orders are placement's alone."""
+set aside); with none left the run fails. Below the target of `scaling` (`max_replicas`, or the
+elastic policy's count) it starts one more replica whenever the runtime has room; each batch the
+trainer takes is an observation for the elastic policy, and a replica it removes drains
+(`scaling`). The in-flight orders are placement's alone."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.rollout.assembler import BatchAssembler, RolloutBatch
 from tempering.rollout.replicas import Replica, Replicas
+from tempering.rollout.scaling import Scaling
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
 from tempering.runtime import Queue, Runtime, StopSignal, WorkerFailed
+from tempering.runtime.elastic import ElasticPolicy
 from tempering.scheduler.global_ import GlobalScheduler
 from tempering.scheduler.orders import GroupOrder
 
@@ -35,7 +39,8 @@ T = TypeVar("T")
 
 class RolloutService:
     def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Runtime,
-                 replicas: int = 1, resources: Mapping[str, float] | None = None, max_replicas: int = 0):
+                 replicas: int = 1, resources: Mapping[str, float] | None = None, max_replicas: int = 0,
+                 elastic: ElasticPolicy | None = None):
         self.timeout = spec.stall_timeout_s
         self.scheduler = scheduler
         self.admission, self.placement = scheduler.admission, scheduler.placement
@@ -52,7 +57,9 @@ class RolloutService:
         self._handed: float | None = None  # when the last batch went to the trainer
         self.requeued = self.superseded = 0
         self.filed: Counter = Counter()  # replica -> groups it sent that went into a batch
-        self.max_replicas = max_replicas  # 0: none started beyond (or in place of) the first `replicas`
+        # without a policy: up to max_replicas (0: none started beyond, or in place of, the first
+        # `replicas`); with one: the count it wants, from `replicas` on
+        self.scaling = Scaling(self.replicas, scheduler, replicas if elastic else max_replicas, elastic)
         # run.deterministic: no wall-clock measurement steers the scheduler, and a batch's groups
         # reach it in order (held until all came), whatever order they ended in
         self._deterministic = spec.deterministic
@@ -72,6 +79,7 @@ class RolloutService:
 
     def next_batch(self, stop: StopSignal) -> RolloutBatch | None:
         """The next batch, in order; None if `stop` was set while waiting."""
+        asked = time.perf_counter()
         self._dispatch()
         while not self._complete(self._next):
             done: GroupDone | None = self._wait(self.groups, "rollout worker", stop)
@@ -88,6 +96,9 @@ class RolloutService:
         now = time.perf_counter()
         if self._handed is not None and not self._deterministic:  # the rate the trainer takes groups at
             self.scheduler.mix.measured_group_rate(self.admission.groups_per_batch / max(now - self._handed, 1e-6))
+            # the trainer's cycle: it waited from `asked` on, and worked from the previous batch to then
+            batch.elastic = self.scaling.observe(batch.index, now - asked, asked - self._handed,
+                                                 batch.runner_seconds.get("generate", 0.0))
         self._handed = now
         self._dispatch()
         return batch
@@ -99,7 +110,7 @@ class RolloutService:
         asked = ""
         while True:
             if asked not in self.replicas.live:  # at first, or the replica asked was lost
-                asked = next(iter(self.replicas.live))
+                asked = self.replicas.taking()[0]  # not one draining: it takes no new work
                 self.replicas.send(asked, EvalRequest(label, self.store.version, self._heldout))
                 self._handed = None  # the time until the next batch is the evaluation's, not the trainer's
             result = self._wait(self._replies, f"rollout worker (evaluation {label})")
@@ -110,7 +121,8 @@ class RolloutService:
         """Where the replicas ran, the groups each sent, which were lost and why, and what that moved."""
         return {"nodes": {r.name: r.node for r in self.replicas.all},
                 "groups": {r.name: self.filed[r.name] for r in self.replicas.all}, "lost": dict(self.replicas.lost),
-                "requeued_groups": self.requeued, "superseded_groups": self.superseded}
+                "requeued_groups": self.requeued, "superseded_groups": self.superseded,
+                **({"elastic": self.scaling.decisions} if self.scaling.policy is not None else {})}
 
     def close(self) -> None:
         self.replicas.close()
@@ -130,14 +142,16 @@ class RolloutService:
         return name
 
     def _grow(self) -> None:
-        """Below `max_replicas`, start one more replica when the runtime has room for it (looked
-        at every GROW_CHECK_S, between batches). It takes groups once it runs (`_place`); until
-        then nothing waits on it."""
+        """Below the target count (`scaling`), start one more replica when the runtime has room
+        for it (looked at every GROW_CHECK_S, between batches). It takes groups once it runs
+        (`_place`); until then nothing waits on it. Drained replicas that left are dropped."""
+        for name in self.scaling.settle():
+            print(f"[tempering] rollout replica {name} drained and left ({len(self.replicas.taking())} take groups)",
+                  file=sys.stderr, flush=True)
         now = time.monotonic()
         for replica in list(self.replicas.placing.values()):
             self._place(replica, now)
-        replicas = len(self.replicas.live) + len(self.replicas.placing)
-        if replicas >= self.max_replicas or now - self._looked_for_room < GROW_CHECK_S:
+        if self.scaling.wanted() <= 0 or now - self._looked_for_room < GROW_CHECK_S:
             return
         self._looked_for_room = now
         if self.replicas.has_room():
@@ -156,7 +170,7 @@ class RolloutService:
         if placed:
             self._register(replica)
             print(f"[tempering] rollout replica {replica.name} started: the cluster had room for it "
-                  f"({len(self.replicas.live)} of at most {self.max_replicas} replicas)", file=sys.stderr, flush=True)
+                  f"({len(self.replicas.taking())} of {self.scaling.target} wanted)", file=sys.stderr, flush=True)
         elif now - replica.spawned > GROW_PLACE_S:
             self.replicas.drop(replica, wait=0)  # its target never began: nothing to wait for
             print(f"[tempering] warning: rollout replica {replica.name} was not placed within {GROW_PLACE_S:g} s; "
@@ -186,7 +200,7 @@ class RolloutService:
 
     def _lose(self, error: WorkerFailed) -> None:
         replica = self.replicas.lose(error)  # raises unless its worker died
-        if not self.replicas.live:
+        if not self.replicas.taking():  # draining ones take no group
             why = str(error).removeprefix(f"worker {error.worker}: ")
             raise WorkerFailed(error.worker, f"{why}; no rollout replica is left to run the "
                                f"{self.placement.held_by(replica.name)} groups it held",

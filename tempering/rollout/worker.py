@@ -8,7 +8,8 @@ and takes `GroupDone`s back, each with what weight loads cost. New weights (from
 or a `BlobChannel`) load between engine steps by `weights.EngineSync`: at once with
 `rollout.partial_rollouts`, else after the requests in flight finish. Evaluation runs greedy
 episodes at the version the trainer asks for. With `run.deterministic` a batch's orders start
-together and an evaluation runs alone."""
+together and an evaluation runs alone. Told to `Leave` (a drained replica), it finishes what it
+runs and returns."""
 
 from __future__ import annotations
 
@@ -92,8 +93,14 @@ class GroupDone:
     startup_s: float | None  # on the first: from the worker's spawn to ready to generate
 
 
+@dataclass(frozen=True)
+class Leave:
+    """The replica drains (elastic replicas): it takes no more messages, finishes what it runs,
+    closes its engine, sandbox and graders, and returns."""
+
+
 # what the trainer's side sends a rollout worker, on one queue
-WorkerMessage = GroupOrder | NodePolicy | EvalRequest
+WorkerMessage = GroupOrder | NodePolicy | EvalRequest | Leave
 
 
 def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, out: Queue[GroupDone],
@@ -156,17 +163,18 @@ class Worker:
         self.heard = time.monotonic()  # the last message from the trainer's side (stall deadline)
         self.looked = float("-inf")  # the last look at the stop event and the orders
         self.held: list[GroupOrder] = []  # run.deterministic: a batch's orders until all came
+        self.leaving = False  # told to `Leave`: it returns once nothing runs
 
     def run(self) -> None:
         while True:
             look = not self.runner.busy or time.monotonic() - self.looked >= self.spec.check_every_s
             if look:
-                if self.stop.is_set():
+                if self.stop.is_set() or (self.leaving and not self.runner.busy):
                     return
                 self.looked = time.monotonic()
             if self.sync.poll() and self.waiting_evals:
                 self._start_evals()
-            if look and not (self.spec.deterministic and self.runner.busy):
+            if look and not self.leaving and not (self.spec.deterministic and self.runner.busy):
                 self._take_requests(wait=0.0 if self.runner.busy else _POLL_S)
             if self.runner.busy:
                 for key, group in self.runner.poll(_POLL_S):
@@ -201,6 +209,9 @@ class Worker:
             case EvalRequest():
                 self._evaluate(msg)
                 return not (self.spec.deterministic and self.runner.busy)  # the evaluation runs alone
+            case Leave():
+                self.leaving = True
+                return False
             case None:
                 raise AssertionError("a rollout worker's orders carry no None")
             case _:

@@ -34,8 +34,9 @@ def open_runtime(cfg: RuntimeConfig) -> Runtime:
     # each, and a cluster's custom resources), so a config written for a cluster runs here too.
     ranks = cfg.trainer_ranks - 1
     offered: dict[str, float] = {}
-    for count, asks in ((cfg.replicas, cfg.replica_resources), (ranks, cfg.trainer_resources)):
+    replicas = max(cfg.replicas, cfg.max_replicas)  # elastic replicas may grow to the maximum
+    for count, asks in ((replicas, cfg.replica_resources), (ranks, cfg.trainer_resources)):
         for name, amount in asks.items():
             offered[name] = offered.get(name, 0.0) + count * amount
-    cpus = max(len(os.sched_getaffinity(0)), cfg.replicas + ranks)
+    cpus = max(len(os.sched_getaffinity(0)), replicas + ranks)
     return RayRuntime("local", num_cpus=cpus, resources=offered, **deadlines)

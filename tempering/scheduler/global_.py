@@ -56,6 +56,12 @@ class GlobalScheduler:
         self._capacity()
         return moved
 
+    def retire(self, name: str) -> None:
+        """Replica `name` (and its sandbox node) drains: no new group goes to it, and the groups
+        it holds finish there. It leaves once it holds none (`placement.held_by`)."""
+        self.placement.retire(name)
+        self._capacity()
+
     def add_node(self, name: str, slots: int) -> None:
         self.placement.add_node(name, slots)
         self._capacity()

@@ -51,7 +51,7 @@ class Placement:
     def lose(self, name: str) -> list[GroupOrder]:
         """Replica `name` (and its sandbox node, if any) left; its groups in flight are lost there.
         -> them, placed on the others, to send again (none if no replica is left)."""
-        del self.replicas[name]
+        self.replicas.pop(name, None)  # absent when it was draining (`retire`)
         self.nodes.pop(name, None)
         self._load.pop(name, None)
         lost = [o for o in self.inflight.values() if o.replica == name]
@@ -61,6 +61,12 @@ class Placement:
         for o in lost:
             del self.inflight[o.id]
         return []
+
+    def retire(self, name: str) -> None:
+        """Replica `name` (and its sandbox node) takes no new group: it drains. The groups it
+        holds stay placed on it until they finish (`lose` still re-places them if it dies)."""
+        del self.replicas[name]
+        self.nodes.pop(name, None)
 
     def add_node(self, name: str, slots: int) -> None:
         if slots < 1:
