@@ -77,7 +77,7 @@ def test_a_decision_as_numbers_for_the_metrics():
     p = policy(patience=1)
     obs = Observation(replicas=2, **BUSY)
     record = p.observe(obs).record(obs)
-    assert record == {"replicas": 2, "target": 1, "wait_fraction": 0.0, "idle_fraction": 0.8, "streak": 1,
+    assert record == {"replicas": 2, "changing": 0, "target": 1, "wait_fraction": 0.0, "idle_fraction": 0.8, "streak": 1,
                       "decision": -1, "reason": REASONS.index("trainer_bottleneck")}
 
 

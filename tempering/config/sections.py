@@ -423,9 +423,9 @@ class RuntimeConfig:
     # elastic: the replicas' engine idle fraction over the trainer's cycle at or above which one is
     # drained (while the trainer waits less than scale_up_wait)
     scale_down_idle: Annotated[float, Range(gt=0, le=1)] = 0.6
-    # elastic: consecutive steps that agree before a replica is added or drained, and steps
-    # ignored after each change (they show it settling)
+    # elastic: consecutive steps that agree before a replica is added or drained
     scale_patience: Annotated[int, Range(ge=1)] = 3
+    # elastic: steps ignored after each change (they show it settling)
     scale_cooldown: Annotated[int, Range(ge=0)] = 3
     # ray: custom resources each replica asks its node for, e.g. { engine = 1 } where only
     # engine nodes offer "engine" (one replica per node then); local: ignored

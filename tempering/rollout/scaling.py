@@ -29,6 +29,7 @@ class Scaling:
         self.replicas, self.scheduler, self.policy = replicas, scheduler, policy
         self.target = target  # replicas wanted (live and taking groups, or starting)
         self.decisions: list[dict[str, object]] = []  # each add or remove: batch, action, reason, replicas after
+        self.left: list[str] = []  # the replicas that drained and left
 
     def wanted(self) -> int:
         """How many more replicas to start now (the service starts them when there is room)."""
@@ -61,6 +62,7 @@ class Scaling:
                 replica.worker.check()  # a worker that raised on its way out is the run's failure
                 self.replicas.drop(replica, wait=0)
                 left.append(name)
+        self.left += left
         return left
 
     def _drain_one(self, decision: Decision) -> None:

@@ -122,7 +122,9 @@ class RolloutService:
         return {"nodes": {r.name: r.node for r in self.replicas.all},
                 "groups": {r.name: self.filed[r.name] for r in self.replicas.all}, "lost": dict(self.replicas.lost),
                 "requeued_groups": self.requeued, "superseded_groups": self.superseded,
-                **({"elastic": self.scaling.decisions} if self.scaling.policy is not None else {})}
+                "admitted_groups": self.scheduler.ordered,
+                **({"elastic": self.scaling.decisions, "drained": self.scaling.left}
+                   if self.scaling.policy is not None else {})}
 
     def close(self) -> None:
         self.replicas.close()

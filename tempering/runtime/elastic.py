@@ -58,7 +58,7 @@ class Decision:
 
     def record(self, obs: Observation) -> dict[str, float]:
         """The decision as numbers, for a step's metrics row (under "elastic/")."""
-        return {"replicas": obs.replicas, "target": self.replicas, "wait_fraction": round(obs.wait_fraction, 4),
+        return {"replicas": obs.replicas, "changing": obs.changing, "target": self.replicas, "wait_fraction": round(obs.wait_fraction, 4),
                 "idle_fraction": round(obs.idle_fraction, 4), "streak": self.streak,
                 "decision": {"add": 1, "remove": -1, "hold": 0}[self.action], "reason": REASONS.index(self.reason)}
 

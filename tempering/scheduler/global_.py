@@ -35,6 +35,7 @@ class GlobalScheduler:
         self.placement = Placement()
         self._replacements: list[GroupOrder] = []  # ordered by `complete`, handed out by `admit`
         self._ids = itertools.count()
+        self.ordered = 0  # groups admitted and ordered in this process (re-drawn ones included)
 
     # -- capacity ---------------------------------------------------------------------------------------
     def add_replica(self, name: str, tokens_per_s: float = 1000.0) -> list[GroupOrder]:
@@ -86,6 +87,7 @@ class GlobalScheduler:
     def order(self, batch: int, version: int = 0) -> GroupOrder:
         """One group: the domain fairness picks, a task at its level, the least-loaded replica."""
         order_id = next(self._ids)
+        self.ordered += 1
         name, level, tokens = self.mix.start(order_id)
         task = self.pool.next_draw(name, level if self.pool.domains[name].levels > 1 else None)
         order = GroupOrder(order_id, batch, task, "", self.mix.priorities[name], level, version)

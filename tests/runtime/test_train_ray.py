@@ -1,6 +1,8 @@
 """The demo loop on a simulated Ray cluster (`ray.cluster_utils.Cluster`: a head, two engine
 nodes and a trainer node, started once for the module): two engine replicas, one per engine
-node, and a second trainer rank on the trainer node train a few steps to a summary; then a node is removed mid-run, another joins and a replica starts there, and the run
+node, and a second trainer rank on the trainer node train a few steps to a summary; elastic
+replicas grow for a trainer that waits and drain for one that is the bottleneck, every admitted
+group accounted for; then a node is removed mid-run, another joins and a replica starts there, and the run
 finishes, every admitted group accounted for. The trainer runs in this process, as `tempering train --runtime ray` would."""
 
 from __future__ import annotations
@@ -75,6 +77,81 @@ def test_two_replicas_on_two_nodes_train_the_demo_to_a_summary(tmp_path, cluster
     rows = [json.loads(line) for line in (tmp_path / "spread" / "metrics.jsonl").read_text().splitlines()]
     assert sum(r["seconds/weight_fetch"] for r in rows) > 0  # the replicas' downloads of each version
     assert all(0 < r["seconds/worker_startup"] < 300 for r in rows if "seconds/worker_startup" in r)
+
+
+# elastic replicas (runtime.min_replicas): text domains (no sandbox), a short warm-up, the policy
+# acting after 2 steps in a row with no cooldown; a run takes every batch it admits (run.steps)
+ELASTIC = ["--tasks.weights={ sorting = 1.0, strings = 1.0 }", "--sft.steps=3", "--runtime.min_replicas=1",
+           "--runtime.max_replicas=2", "--runtime.scale_patience=2", "--runtime.scale_cooldown=0"]
+
+
+def _accounted(run_dir, summary, steps, untaken=0):
+    """Every admitted group was filed once into a batch the trainer took (but for `untaken`
+    batches admitted when the run was stopped), and every sample of those has a fate (trained, or
+    dropped with a reason); none re-placed, none set aside."""
+    report = summary["replicas"]
+    assert summary["steps"] == steps
+    assert report["admitted_groups"] == (steps + untaken) * TASKS, report
+    assert steps * TASKS <= sum(report["groups"].values()) <= (steps + untaken) * TASKS, report
+    assert report["lost"] == {} and report["requeued_groups"] == report["superseded_groups"] == 0
+    fates = _fates(run_dir)
+    assert len(fates) == steps * TASKS * SAMPLES and set(fates) <= {"trained", "stale", "failed", "uniform", "alone"}
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["samples/trained"] + sum(v for k, v in r.items() if k.startswith("samples/dropped_"))
+               for r in rows) == len(fates)
+    return report, rows
+
+
+def test_a_trainer_that_waits_for_batches_gets_one_more_replica(tmp_path, cluster, monkeypatch):
+    """Synchronous (max_staleness 0): the trainer waits for every batch while one replica makes
+    it, so the policy adds a replica; it is placed on the other engine node (its worker process
+    may take a while to start) and sends groups. Two steps after it did, the run is asked to stop,
+    as a SIGTERM would: every batch it admitted was taken, but for the one admitted at the last
+    publish (max_staleness 0), which the stop leaves untaken."""
+    import tempering.train as train_module
+    from tempering.runtime.stop import StopRequest
+
+    cap, metrics = 200, tmp_path / "grow" / "metrics.jsonl"
+
+    class Stop(StopRequest):  # the test's SIGTERM, once rollout-1's groups were in two steps
+        def is_set(self) -> bool:
+            if sum("replicas/rollout-1" in r for r in _rows(metrics)) >= 2:
+                self.request("SIGTERM")
+            return super().is_set()
+
+    monkeypatch.setattr(train_module, "StopRequest", Stop)
+    summary = train(_config(tmp_path, cluster, "grow", *ELASTIC, "--runtime.replicas=1", "--buffer.max_staleness=0",
+                            f"--run.steps={cap}"))
+    steps = summary["steps"]
+    assert summary["stopped"] == "SIGTERM" and steps < cap, "the new replica sent no groups"
+    report, rows = _accounted(tmp_path / "grow", summary, steps, untaken=1)
+    assert [(d["action"], d["reason"], d["replicas"]) for d in report["elastic"]] == [("add", "trainer_waits", 2)]
+    assert report["drained"] == []
+    assert sorted(report["nodes"].values()) == sorted(n.node_id for n in cluster.nodes)  # one per engine node
+    assert report["groups"]["rollout-1"] > 0
+    decided = [r for r in rows if r.get("elastic/decision") == 1]
+    assert len(decided) == 1 and decided[0]["elastic/wait_fraction"] >= 0.3  # scale_up_wait, the default
+
+
+def test_a_trainer_that_is_the_bottleneck_drains_a_replica_it_does_not_need(tmp_path, cluster):
+    """The trainer works far longer than the replicas generate (one sample row per micro-batch,
+    four optimizer steps per batch; two tokens a sample) and the rollout runs two versions
+    ahead: it hardly waits and the engines idle, so the policy drains one replica. It finishes
+    the groups it was sent (they are trained like any other), then leaves."""
+    steps = 12
+    summary = train(_config(tmp_path, cluster, "shrink", *ELASTIC, "--runtime.replicas=2", "--rollout.max_tokens=2",
+                            "--buffer.max_staleness=2", "--buffer.queue_size=2", "--buffer.drop_uniform_groups=false",
+                            "--trainer.micro_batch_tokens=8", "--algorithm.mini_batches=4", f"--run.steps={steps}",
+                            "--runtime.scale_up_wait=0.9"))  # a wait now and then adds none back
+    assert summary["stopped"] is None
+    report, rows = _accounted(tmp_path / "shrink", summary, steps)
+    assert [(d["action"], d["reason"], d["replicas"]) for d in report["elastic"]] == [
+        ("remove", "trainer_bottleneck", 1)]
+    [drained] = report["drained"]
+    assert report["groups"][drained] > 0 and report["groups"][({"rollout-0", "rollout-1"} - {drained}).pop()] > 0
+    removed = [r for r in rows if r.get("elastic/decision") == -1]
+    assert len(removed) == 1 and removed[0]["elastic/idle_fraction"] >= 0.6  # scale_down_idle, the default
+    assert rows[-1]["elastic/replicas"] == 1 and rows[-1]["elastic/changing"] == 0  # it left before the end
 
 
 def _rows(path):
