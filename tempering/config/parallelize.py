@@ -19,8 +19,11 @@ class ParallelizeConfig:
     # FSDP2 shards; -1 = the ranks the other sizes leave
     dp_shard: Annotated[int | Literal[-1], Range(ge=1)] = -1
     tp: Annotated[int, Range(ge=1)] = 1  # tensor parallel: heads, MLP columns, vocabulary; sequence-parallel norms
-    # pipeline stages, cut by layer
-    pp: Annotated[int, Range(ge=1, le=1, note="pipeline parallel is not implemented yet")] = 1
+    # pipeline stages, cut by layer (1F1B over micro-batches); with pp > 1, tp and the dp sizes must be 1
+    pp: Annotated[int, Range(ge=1)] = 1
+    # stages each pipeline rank runs: 1 = 1F1B; more = interleaved 1F1B (looped stages, a smaller
+    # bubble, more activation transfers); pp x this must not exceed the model's layers
+    pp_stages_per_rank: Annotated[int, Range(ge=1)] = 1
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda (NCCL) where there is one, else cpu (gloo)
 
     def __post_init__(self) -> None:

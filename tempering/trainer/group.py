@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 from tempering.config import AlgorithmConfig, TrainerConfig
+from tempering.errors import UserError
 from tempering.models import Arch, Decoder
 from tempering.records import Batch
 from tempering.runtime import Blob, LocalRuntime, Resources, Runtime, WorkerFailed
@@ -50,7 +51,11 @@ class TrainerGroup:
         one CPU); `timeout_s` bounds their placement and every collective."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
-        mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
+        # a layout that does not fit fails before any rank starts
+        if mesh_shape(trainer.cfg.parallelize, world).pp > 1:
+            raise UserError("trainer.parallelize.pp > 1 is not wired into the run's trainer group yet: it gathers "
+                            "the full weights, optimizer state and checkpoints from sharded ranks, not from "
+                            "pipeline stages (pipeline parallel runs through tempering.trainer.distributed)")
         self.model, self.world = model, world
         runtime = runtime if runtime is not None else LocalRuntime()
         spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,

@@ -6,8 +6,9 @@ outermost (they exchange one activation per micro-batch). The sizes come from
 `trainer.parallelize`; `dp_shard = -1` takes the ranks the others leave, and the product must
 be the number of trainer ranks. The data-parallel ranks (replicas x shards) are the ones that
 split a batch's rows; the ranks of one tp group (and of one pipeline) train the same rows. It
-builds the mesh, not the model's parallelism (`parallelize`, `tensor_parallel`); pipeline stages
-are not implemented yet (`trainer.parallelize.pp` is bounded to 1), the dimension is kept.
+builds the mesh, not the model's parallelism (`parallelize`, `tensor_parallel`, `pipeline`).
+Pipeline stages do not combine with the other dimensions yet: `pp > 1` needs `tp`,
+`dp_replicate` and `dp_shard` of 1 (a `ConfigError` says so).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class MeshShape:
     dp_replicate: int = 1
     dp_shard: int = 1
     tp: int = 1
+    stages_per_rank: int = 1  # pipeline stages each pp rank runs (interleaved 1F1B when > 1)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -50,10 +52,14 @@ def mesh_shape(cfg: ParallelizeConfig, world: int) -> MeshShape:
     whose product is not `world` is a `ConfigError` naming the keys."""
     rest = cfg.dp_replicate * cfg.tp * cfg.pp
     dp_shard = cfg.dp_shard if cfg.dp_shard != -1 else (world // rest if world % rest == 0 else 0)
-    shape = MeshShape(cfg.pp, cfg.dp_replicate, dp_shard, cfg.tp)
+    shape = MeshShape(cfg.pp, cfg.dp_replicate, dp_shard, cfg.tp, cfg.pp_stages_per_rank if cfg.pp > 1 else 1)
     if dp_shard < 1 or shape.world != world:
         raise ConfigError(f"trainer.parallelize: dp_replicate ({cfg.dp_replicate}) x dp_shard ({cfg.dp_shard}) x "
                           f"tp ({cfg.tp}) x pp ({cfg.pp}) must equal runtime.trainer_ranks ({world})")
+    if shape.pp > 1 and (shape.tp > 1 or shape.dp > 1):
+        raise ConfigError(f"trainer.parallelize: pp = {shape.pp} with tp = {shape.tp}, dp_replicate = "
+                          f"{shape.dp_replicate}, dp_shard = {shape.dp_shard}: pipeline parallel is not combined "
+                          "with tensor or data parallel yet (pp > 1 needs the others at 1, pp = trainer_ranks)")
     return shape
 
 

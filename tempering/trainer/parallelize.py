@@ -25,6 +25,7 @@ everything stays fp32. Moving batches to an accelerator is not done here.
 
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,7 @@ from tempering.models.lora import adapters
 from tempering.records import Batch
 from tempering.trainer.mesh import MeshShape
 from tempering.trainer.offpolicy import OffPolicyMeter
+from tempering.trainer.pipeline import cut_stage, is_pipeline_copy
 from tempering.trainer.tensor_parallel import apply_tp
 
 
@@ -71,7 +73,13 @@ class Ranks:
     def shard(self, model: Decoder, frozen: bool = False) -> Decoder:
         """Tensor parallel, then `fully_shard` per block and the root (in place; the same module
         comes back). The root of a trained model stays gathered from forward to backward; a
-        frozen one's (no backward comes) is freed after its forward."""
+        frozen one's (no backward comes) is freed after its forward. With pipeline stages the
+        model is cut to this rank's (`pipeline.cut_stage`) instead."""
+        if self.shape.pp > 1:
+            if adapters(model):
+                raise UserError("trainer.lora_rank > 0 with trainer.parallelize.pp > 1: LoRA adapters are not "
+                                "pipelined yet")
+            return cut_stage(model, self.mesh.get_local_rank("pp"), self.shape.pp, self.shape.stages_per_rank)
         if self.shape.tp > 1:
             if adapters(model):
                 raise UserError("trainer.lora_rank > 0 with trainer.parallelize.tp > 1: LoRA adapters are not "
@@ -94,7 +102,12 @@ class Ranks:
 
     def frozen_copy(self, model: Decoder) -> Decoder:
         """A sharded, frozen copy of sharded `model` (the reference): built on meta, sharded like
-        it, each rank copying only its own shards."""
+        it, each rank copying only its own shards (a pipeline stage: a copy of the stage)."""
+        if self.shape.pp > 1:
+            copy = deepcopy(model).eval()
+            for p in copy.parameters():
+                p.requires_grad_(False)
+            return copy
         with torch.device("meta"):
             copy = Decoder(model.arch)
         for p in copy.parameters():
@@ -114,6 +127,11 @@ class Ranks:
         if algo.advantage == "gae":
             raise UserError("algorithm.advantage = 'gae' is not supported by the FSDP trainer yet: the critic "
                             "is not sharded and GAE whitens over the whole batch's values")
+
+    def check_sft(self) -> None:
+        if self.shape.pp > 1:
+            raise UserError("SFT steps (the warm-up) are not pipelined yet: trainer.parallelize.pp must be 1 with "
+                            "sft warm-up steps")
 
     def deal(self, cost: dict[int, int]) -> dict[int, int]:
         """This data-parallel rank's units (groups, or rows) of `cost` (unit -> tokens through the
@@ -172,11 +190,15 @@ class Ranks:
                 p.grad = p.grad.redistribute(placements=[Replicate() if pl.is_partial() else pl
                                                          for pl in p.grad.placements])
         grads = [p.grad for p in params if p.grad is not None]
-        for g in grads:
-            dims: tuple[int, ...] = ()
+        for p in params:
+            g = p.grad
+            if g is None or is_pipeline_copy(p):  # a tied embedding's second copy counts once
+                continue
+            # pipeline stages hold parameters of their own
+            dims: tuple[int, ...] = (self.mesh.mesh_dim_names.index("pp"),) if self.shape.pp > 1 else ()
             if isinstance(g, DTensor):
                 # (a strided shard, FSDP over tensor parallel, is not `is_shard()`)
-                dims = tuple(self._root_dim(g, i) for i, pl in enumerate(g.placements) if not pl.is_replicate())
+                dims += tuple(self._root_dim(g, i) for i, pl in enumerate(g.placements) if not pl.is_replicate())
                 g = g.to_local()
             square = g.detach().float().pow(2).sum()
             by_dims[dims] = by_dims.get(dims, 0) + square

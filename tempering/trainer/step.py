@@ -67,6 +67,7 @@ class StepStats:
     logp_gap_current: float = math.nan
     logp_gap_older: float = math.nan
     current_fraction: float = math.nan
+    pipeline_bubble: float = math.nan  # pp > 1: the schedule's idle share (`pipeline.bubble_fraction`)
 
 
 @dataclass
@@ -80,6 +81,28 @@ class _Targets:
     # decoupled PPO over several mini-batches: the policy's logprobs at the step's start (with
     # one optimizer step each micro-batch's own forward pass is that policy, and this is None)
     proximal: torch.Tensor | None = None
+
+
+@dataclass
+class MicroSlice:
+    """A micro-batch's rows of what its loss needs, [n, T-1] each (aligned with its logprobs)."""
+
+    behaviour: torch.Tensor  # the rollout's logprobs
+    advantages: torch.Tensor
+    mask: torch.Tensor  # trained tokens
+    weights: torch.Tensor  # the aggregation's token weights over the optimizer step's rows
+    versions: torch.Tensor  # the policy version that sampled each token
+    version: int  # the batch's (the trainer's) version
+    proximal: torch.Tensor | None  # decoupled PPO's policy at the step's start; None: the pass's own
+
+
+def micro_slice(batch: Batch, rows: torch.Tensor, width: int, mask: torch.Tensor, weights: torch.Tensor,
+                targets: _Targets) -> MicroSlice:
+    """`rows` of the batch-wide tensors, cut to `width` tokens."""
+    t = width - 1
+    return MicroSlice(batch.old_logprobs[rows, 1:width], targets.advantages[rows, :t], mask[rows, :t],
+                      weights[rows, :t], batch.versions[rows, 1:width], batch.version,
+                      None if targets.proximal is None else targets.proximal[rows, :t])
 
 
 class Trainer:
@@ -111,6 +134,9 @@ class Trainer:
     def rl_step(self, batch: Batch) -> StepStats:
         """One batch: `algorithm.mini_batches` optimizer steps, each on its share of the groups
         (PPO's mini-batches; one by default), and one step of the LR schedule."""
+        if self.ranks is not None and self.ranks.shape.pp > 1:  # the loss on the last stage of a pipeline
+            from tempering.trainer.pipeline_step import pipeline_rl_step
+            return pipeline_rl_step(self, batch)
         self._start_rl()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
@@ -133,12 +159,17 @@ class Trainer:
         self.scheduler.step()
         if self.ranks is not None:  # each rank has summed its own share of the rows
             totals, meter = self.ranks.sum(totals), self.ranks.merge(meter)
-        n, k = max(float(mask.sum()), 1.0), len(norms)
+        return self._rl_stats(totals, meter, norms, batch)
+
+    def _rl_stats(self, totals: torch.Tensor, meter: OffPolicyMeter, norms: list[tuple[float, float]],
+                  batch: Batch, **extra: float) -> StepStats:
+        """The step's stats from its sums (`_micro_step`'s, over the batch) and per-optimizer-step norms."""
+        n, k = max(float(batch.loss_mask[:, 1:].sum()), 1.0), len(norms)
         return StepStats(loss=float(totals[0]) / k, kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
                          entropy=float(totals[3]) / n, clip_fraction=float(totals[4]) / n,
                          grad_norm=sum(g for g, _ in norms) / k, tokens=int(n), lr=self.scheduler.get_last_lr()[0],
                          value_loss=float(totals[5]) / k if self.critic is not None else math.nan,
-                         value_grad_norm=sum(v for _, v in norms) / k, **dataclasses.asdict(meter.result()))
+                         value_grad_norm=sum(v for _, v in norms) / k, **dataclasses.asdict(meter.result()), **extra)
 
     def _mini_batches(self, batch: Batch) -> list[torch.Tensor]:
         """The batch's groups dealt into `algorithm.mini_batches` parts of rows (a group's rows
@@ -153,29 +184,41 @@ class Trainer:
         """Forward and backward of one micro-batch (gradients accumulate). -> sums of: loss,
         kl_behavior, kl_ref, entropy, clipped tokens, value loss"""
         width = int(batch.seq_lens[rows].max())
-        ids, m, w = batch.input_ids[rows, :width], mask[rows, : width - 1], weights[rows, : width - 1]
+        ids = batch.input_ids[rows, :width]
         layout = shared_prompt_layout(batch, rows, width) if self._sharing(batch) else None
         logp, entropy = self._logprobs(self.model, batch, rows, width, True, layout)
-        behaviour = batch.old_logprobs[rows, 1:width]
+        ref = None
+        if self.reference is not None or (self.lora and self.algo.kl_coef > 0):
+            with torch.no_grad(), (adapters_off(self.model) if self.lora else contextlib.nullcontext()):
+                ref, _ = self._logprobs(self.reference or self.model, batch, rows, width, layout=layout)
+        part = micro_slice(batch, rows, width, mask, weights, targets)
+        loss, sums = self._loss(logp, entropy, ref, part, meter)
+        loss.backward()
+        w = part.weights
+        v_loss = self._value_backward(ids, rows, w, targets, layout) if self.critic is not None else torch.zeros(())
+        return torch.cat([sums, v_loss[None]])
+
+    def _loss(self, logp: torch.Tensor, entropy: torch.Tensor | None, ref: torch.Tensor | None, part: MicroSlice,
+              meter: OffPolicyMeter) -> tuple[torch.Tensor, torch.Tensor]:
+        """One micro-batch's policy loss (weighted over the whole batch) from its logprobs and
+        entropy [n, T-1] and the reference's logprobs (None: no KL term). -> the loss, and sums of:
+        loss, kl_behavior, kl_ref, entropy, clipped tokens"""
+        m, behaviour = part.mask, part.behaviour
         # the policy at the step's start: this pass's own logprobs before the first optimizer step
-        proximal = logp.detach() if targets.proximal is None else targets.proximal[rows, : width - 1]
-        meter.add(proximal, behaviour, m, batch.versions[rows, 1:width], batch.version)
-        policy = self._policy_loss(logp, proximal, behaviour, targets.advantages[rows, : width - 1], m)
+        proximal = logp.detach() if part.proximal is None else part.proximal
+        meter.add(proximal, behaviour, m, part.versions, part.version)
+        policy = self._policy_loss(logp, proximal, behaviour, part.advantages, m)
         per_token = policy.loss
         if self.algo.entropy_coef > 0:  # else the entropy stays a metric, outside the graph
             per_token = per_token - self.algo.entropy_coef * entropy
         kl_ref = torch.zeros_like(logp)
-        if self.reference is not None or (self.lora and self.algo.kl_coef > 0):
-            with torch.no_grad(), (adapters_off(self.model) if self.lora else contextlib.nullcontext()):
-                ref, _ = self._logprobs(self.reference or self.model, batch, rows, width, layout=layout)
+        if ref is not None:
             kl_ref = self.kl(logp, ref)
             per_token = per_token + self.algo.kl_coef * kl_ref
-        loss = (per_token * w).sum()
-        loss.backward()
-        v_loss = self._value_backward(ids, rows, w, targets, layout) if self.critic is not None else torch.zeros(())
+        loss = (per_token * part.weights).sum()
         with torch.no_grad():
-            return torch.stack([loss.detach(), (k3(logp, behaviour) * m).sum(), (kl_ref * m).sum(),
-                                (entropy * m).sum(), (policy.clipped.float() * m).sum(), v_loss])
+            return loss, torch.stack([loss.detach(), (k3(logp, behaviour) * m).sum(), (kl_ref * m).sum(),
+                                      (entropy * m).sum(), (policy.clipped.float() * m).sum()])
 
     def _policy_loss(self, logp: torch.Tensor, proximal: torch.Tensor, behaviour: torch.Tensor, adv: torch.Tensor,
                      mask: torch.Tensor) -> PolicyLoss:
@@ -254,6 +297,8 @@ class Trainer:
 
     def sft_step(self, batch: Batch) -> StepStats:
         """Cross-entropy on the masked (completion) tokens, averaged over tokens."""
+        if self.ranks is not None:
+            self.ranks.check_sft()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
         n = max(float(mask.sum()), 1.0)

@@ -1,0 +1,149 @@
+"""One RL step of `Trainer` on a pipeline of stages (`trainer.parallelize.pp > 1`).
+
+The same step as `Trainer.rl_step`, with its forward and backward passes run by a 1F1B schedule
+(`pipeline.run_schedule`) over the stages of the cut model. Every rank holds the whole batch.
+Each optimizer step's rows (PPO's mini-batch) are padded to their longest row and split into
+micro-batches of equal shape (pipelining fixes the activations' shapes per schedule): about
+`trainer.micro_batch_tokens` tokens each, at least one per stage and a multiple of `pp`, the
+last ones topped up with copies of a row at weight 0. The last stage scores the final hidden
+states with the LM head (`head_logprobs`, chunked as ever) and computes each micro-batch's loss
+with the trainer's own `Trainer._loss`, so the loss terms, token weights (over the whole
+mini-batch) and the off-policy meter are those of the single-process step. The reference's
+logprobs and, with several mini-batches, decoupled PPO's proximal ones come from forward-only
+passes of the pipeline before the first optimizer step. After each schedule the tied
+embedding's gradient is summed over its two copies (`pipeline.sync_tied_grads`); the gradient
+norm is reduced over the stages (`Ranks.clip_grad_norm`). The last stage's sums and meter are
+broadcast to the other ranks, so every rank reports the step's stats, and `pipeline_bubble` (the
+training schedule's idle share, from its action list) with them.
+
+Not here: shared-prompt packing (rows go one per sample, causal attention), LoRA, the critic,
+SFT steps (refused by `Ranks`), and pipeline stages combined with tensor or data parallel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from tempering.records import Batch
+from tempering.trainer.logprobs import head_logprobs
+from tempering.trainer.offpolicy import OffPolicyMeter
+from tempering.trainer.pipeline import run_schedule, sync_tied_grads
+from tempering.trainer.step import StepStats, Trainer, _Targets, micro_slice
+
+if TYPE_CHECKING:
+    from tempering.models import Decoder
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Some rows of the batch laid out for the pipeline: `microbatches` of equal shape."""
+
+    ids: torch.Tensor  # [R, W] token ids, R a multiple of `microbatches`
+    index: torch.Tensor  # [R] each row's row in the batch (the padding rows repeat the last)
+    live: torch.Tensor  # [R] False for the padding rows
+    microbatches: int
+
+
+def pipeline_rows(batch: Batch, rows: torch.Tensor, tokens: int, pp: int) -> Rows:
+    """`rows` padded to their longest, in micro-batches of about `tokens` tokens each (at least
+    one row), their count rounded up to a multiple of `pp` (each stage has work)."""
+    width = int(batch.seq_lens[rows].max())
+    per = max(1, tokens // width)
+    count = math.ceil(math.ceil(len(rows) / per) / pp) * pp
+    per = math.ceil(len(rows) / count)
+    total = count * per
+    index = torch.cat([rows, rows[-1:].expand(total - len(rows))])
+    live = torch.arange(total) < len(rows)
+    return Rows(batch.input_ids[index, :width], index, live, count)
+
+
+@dataclass(frozen=True)
+class Pipe:
+    """This rank's place in the pipeline."""
+
+    rank: int
+    pp: int
+    per_rank: int
+    group: dist.ProcessGroup
+
+    @property
+    def last(self) -> bool:
+        return self.rank == self.pp - 1
+
+    def logprobs(self, model: Decoder, batch: Batch, rows: torch.Tensor, tokens: int,
+                 temperature: float) -> torch.Tensor:
+        """A forward-only pass of `model`'s stages over `rows`: their logprobs in a [N, T-1] tensor
+        of the batch's shape on the last stage (zeros elsewhere, and on the other ranks)."""
+        out = torch.zeros(batch.input_ids.shape[0], batch.input_ids.shape[1] - 1)
+        lay = pipeline_rows(batch, rows, tokens, self.pp)
+        with torch.no_grad():
+            hidden, _ = run_schedule(model, self.rank, self.pp, self.per_rank, self.group, lay.ids, lay.microbatches)
+            if hidden is not None:
+                width = lay.ids.shape[1]
+                logp, _ = head_logprobs(hidden[:, :-1].flatten(0, 1), model.lm_head.weight,
+                                        lay.ids[:, 1:].flatten(), temperature)
+                live = lay.index[lay.live]
+                out[live, : width - 1] = logp.view(-1, width - 1)[lay.live].to(out.dtype)
+        return out
+
+    def share(self, totals: torch.Tensor, meter: OffPolicyMeter) -> tuple[torch.Tensor, OffPolicyMeter]:
+        """The last stage's sums and meter, on every rank."""
+        src = dist.get_global_rank(self.group, self.pp - 1)
+        dist.broadcast(totals, src=src, group=self.group)
+        box = [meter]
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        return totals, box[0]
+
+
+def pipeline_rl_step(trainer: Trainer, batch: Batch) -> StepStats:
+    """`Trainer.rl_step` on the pipeline `trainer.ranks` lays out."""
+    ranks = trainer.ranks
+    assert ranks is not None
+    pipe = Pipe(ranks.mesh.get_local_rank("pp"), ranks.shape.pp, ranks.shape.stages_per_rank,
+                ranks.mesh.get_group("pp"))
+    trainer._start_rl()
+    trainer.model.train()
+    tokens, temperature = trainer.cfg.micro_batch_tokens, trainer.temperature
+    mask = batch.loss_mask[:, 1:]
+    parts = trainer._mini_batches(batch)
+    every = torch.cat(parts)
+    proximal = None
+    if trainer.algo.off_policy == "decoupled" and trainer.algo.mini_batches > 1:
+        proximal = pipe.logprobs(trainer.model, batch, every, tokens, temperature)
+    ref = pipe.logprobs(trainer.reference, batch, every, tokens, temperature) if trainer.reference is not None else None
+    targets = _Targets(batch.advantages[:, 1:], proximal=proximal)
+    meter = OffPolicyMeter(trainer.algo.is_cap)
+    totals, norms, bubble = torch.zeros(6), [], math.nan
+    tied = trainer.model.arch.tie_word_embeddings
+    for part in parts:
+        weights = torch.zeros_like(mask)  # each optimizer step's loss is over its own rows
+        weights[part] = trainer.aggregate(mask[part], trainer.norm_tokens)
+        lay = pipeline_rows(batch, part, tokens, pipe.pp)
+        width = lay.ids.shape[1]
+
+        def loss_fn(hidden: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+            """One micro-batch's loss on the last stage: `at` are its places in `lay`."""
+            nonlocal totals
+            logp, entropy = head_logprobs(hidden[:, :-1].flatten(0, 1), trainer.model.lm_head.weight,
+                                          lay.ids[at, 1:].flatten(), temperature, with_entropy=True)
+            shape = (len(at), width - 1)
+            rows, live = lay.index[at], lay.live[at, None].float()
+            cut = micro_slice(batch, rows, width, mask, weights, targets)
+            cut.mask, cut.weights = cut.mask * live, cut.weights * live  # padding rows weigh nothing
+            loss, sums = trainer._loss(logp.view(shape), entropy.view(shape),
+                                       None if ref is None else ref[rows, : width - 1], cut, meter)
+            totals[:5] += sums
+            return loss
+
+        _, bubble = run_schedule(trainer.model, pipe.rank, pipe.pp, pipe.per_rank, pipe.group, lay.ids,
+                                 lay.microbatches, loss_fn, target=torch.arange(len(lay.index)))
+        sync_tied_grads(trainer.model, tied, pipe.group)
+        norms.append(trainer._apply())
+    trainer.scheduler.step()
+    totals, meter = pipe.share(totals, meter)
+    return trainer._rl_stats(totals, meter, norms, batch, pipeline_bubble=bubble)
