@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
 from test_fsdp import ALGO, ARCH, BATCHES, CFG, _spawn
 from test_mesh import _close, _same_as_oracle
@@ -22,7 +23,7 @@ from tempering.errors import UserError
 from tempering.models import build_model
 from tempering.trainer import Trainer
 from tempering.trainer.mesh import mesh_shape
-from tempering.trainer.pipeline import cut_stage, stage_layers
+from tempering.trainer.pipeline import bubble_fraction, cut_stage, stage_layers
 from tempering.trainer.pipeline_step import pipeline_rows
 
 STEPS = 2
@@ -113,6 +114,19 @@ def test_the_model_is_cut_by_layer_and_keeps_its_names():
     assert {k.split(".")[2] for k in looped.state_dict() if ".layers." in k} == {"0", "2"}
     with pytest.raises(UserError, match="4 pipeline stages .* need at least 4 layers; the model has 2"):
         cut_stage(build_model(ARCH), 0, 2, per_rank=2)
+
+
+def test_the_bubble_of_a_hand_run_1f1b():
+    """pp 2, 2 micro-batches, forward 1 and backward 2 units. Rank 0: F0 [0,1], F1 [1,2], B0 after
+    rank 1's [4,6], B1 [7,9]; rank 1: F0 [1,2], B0 [2,4], F1 [4,5], B1 [5,7]. 9 units each, 6
+    busy: a third idle, (pp - 1) / (m + pp - 1)."""
+    f, b = _ComputationType.FORWARD, _ComputationType.FULL_BACKWARD
+    order = {0: [_Action(0, f, 0), _Action(0, f, 1), None, _Action(0, b, 0), _Action(0, b, 1)],
+             1: [None, _Action(1, f, 0), _Action(1, b, 0), _Action(1, f, 1), _Action(1, b, 1)]}
+    assert bubble_fraction(order) == pytest.approx(1 / 3)
+    assert bubble_fraction({0: [_Action(0, f, 0), _Action(0, b, 0)]}) == 0.0  # one stage: no bubble
+    with pytest.raises(ValueError, match="wait on each other"):  # a backward before its forward
+        bubble_fraction({0: [_Action(0, b, 0), _Action(0, f, 0)]})
 
 
 def test_micro_batches_have_one_shape_and_a_multiple_of_the_stages():
