@@ -12,7 +12,7 @@ from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Arch, build_model
 from tempering.records import Batch
 from tempering.trainer import Trainer, token_logprobs
-from tempering.trainer.step import lr_factor
+from tempering.trainer.lr_schedule import lr_factor
 
 ARCH = Arch(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=1)

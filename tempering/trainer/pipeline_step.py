@@ -33,7 +33,9 @@ from tempering.records import Batch
 from tempering.trainer.logprobs import head_logprobs
 from tempering.trainer.offpolicy import OffPolicyMeter
 from tempering.trainer.pipeline import run_schedule, sync_tied_grads
-from tempering.trainer.step import StepStats, Trainer, _Targets, micro_slice
+from tempering.trainer.micro_batch import Targets, micro_slice, mini_batches
+from tempering.trainer.stats import StepStats, rl_stats
+from tempering.trainer.step import Trainer
 
 if TYPE_CHECKING:
     from tempering.models import Decoder
@@ -110,13 +112,13 @@ def pipeline_rl_step(trainer: Trainer, batch: Batch) -> StepStats:
     trainer.model.train()
     tokens, temperature = trainer.cfg.micro_batch_tokens, trainer.temperature
     mask = batch.loss_mask[:, 1:]
-    parts = trainer._mini_batches(batch)
+    parts = mini_batches(batch, trainer.algo.mini_batches)
     every = torch.cat(parts)
     proximal = None
     if trainer.algo.off_policy == "decoupled" and trainer.algo.mini_batches > 1:
         proximal = pipe.logprobs(trainer.model, batch, every, tokens, temperature)
     ref = pipe.logprobs(trainer.reference, batch, every, tokens, temperature) if trainer.reference is not None else None
-    targets = _Targets(batch.advantages[:, 1:], proximal=proximal)
+    targets = Targets(batch.advantages[:, 1:], proximal=proximal)
     meter = OffPolicyMeter(trainer.algo.is_cap)
     totals, norms, bubble = torch.zeros(6), [], math.nan
     tied = trainer.model.arch.tie_word_embeddings
@@ -146,4 +148,4 @@ def pipeline_rl_step(trainer: Trainer, batch: Batch) -> StepStats:
         norms.append(trainer._apply())
     trainer.scheduler.step()
     totals, meter = pipe.share(totals, meter)
-    return trainer._rl_stats(totals, meter, norms, batch, pipeline_bubble=bubble)
+    return rl_stats(totals, meter, norms, batch, trainer.scheduler.get_last_lr()[0], False, pipeline_bubble=bubble)

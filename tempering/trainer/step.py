@@ -8,9 +8,10 @@ accumulation gives exactly the full-batch gradient. A batch is one optimizer ste
 `algorithm.mini_batches` steps each on its share of the groups (PPO's mini-batches), and one
 step of the LR schedule. With one step the proximal policy of decoupled PPO is the forward
 pass's own detached logprobs; with several it is a no-grad pass before the first, as are the
-critic's start values. A group's shared prompt is computed once (`packing`). The reference model (kl_coef > 0) and the critic (advantage gae) are
-copies of the policy as RL starts, after any SFT warm-up; both go into `state_dict`. The loss
-terms are pure functions in `tempering.algorithms`. Given `ranks` (FSDP2, `parallelize`), the
+critic's start values (`micro_batch`: how a batch is split). A group's shared prompt is computed
+once (`packing`). The reference model (kl_coef > 0) and the critic (advantage gae) are copies of
+the policy as RL starts, after any SFT warm-up; both go into `state_dict`. The loss terms are pure
+functions in `tempering.algorithms`. Given `ranks` (FSDP2, `parallelize`), the
 model is already sharded and every rank holds the whole batch: it trains its share of the groups
 with the whole batch's token weights, gradients are summed over the ranks, and the step's totals
 and off-policy tokens are gathered, so the step is the single-process one (GAE is refused there).
@@ -20,89 +21,27 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from tempering.algorithms import KL_ESTIMATORS, PolicyLoss, get_aggregation, get_objective
 from tempering.algorithms.advantages import gae, last_token_rewards, whiten
-from tempering.algorithms.losses import k3, truncated_is_weight, value_loss
+from tempering.algorithms.losses import k3, truncated_is_weight
 from tempering.config import AlgorithmConfig, TrainerConfig
 from tempering.models import Decoder
 from tempering.models.lora import adapters, adapters_off
 from tempering.records import Batch
-from tempering.trainer.critic import Critic, critic_optimizer
+from tempering.trainer.critic import Critic, critic_optimizer, value_backward
+from tempering.trainer.lr_schedule import lr_scheduler
+from tempering.trainer.micro_batch import MicroSlice, Targets, micro_batches, micro_slice, mini_batches
 from tempering.trainer.offpolicy import OffPolicyMeter
 from tempering.trainer.packing import Layout, shared_prompt_layout, token_logprobs
+from tempering.trainer.stats import StepStats, rl_stats
 
 if TYPE_CHECKING:
     from tempering.trainer.parallelize import Ranks
-
-
-@dataclass
-class StepStats:
-    """Flat floats (train.py logs `dataclasses.asdict` of it). NaN means "does not apply" and is
-    left out of the metrics: the critic's without gae, the off-policy ones (`OffPolicyStats`'
-    fields) when a step has no such tokens."""
-
-    loss: float
-    kl_behavior: float  # k3 estimate of KL(current || behaviour policy) on trained tokens
-    kl_ref: float  # the configured estimator's KL(current || reference); 0 without a reference model
-    entropy: float
-    clip_fraction: float  # trained tokens whose ratio is outside the objective's clip range
-    grad_norm: float
-    tokens: int
-    lr: float
-    value_loss: float = math.nan  # gae: the critic's loss, aggregated like the policy's
-    value_grad_norm: float = math.nan
-    is_weight_mean: float = math.nan
-    is_weight_p50: float = math.nan
-    is_weight_p90: float = math.nan
-    is_weight_p99: float = math.nan
-    is_weight_max: float = math.nan
-    is_truncated: float = math.nan
-    logp_gap_current: float = math.nan
-    logp_gap_older: float = math.nan
-    current_fraction: float = math.nan
-    pipeline_bubble: float = math.nan  # pp > 1: the schedule's idle share (`pipeline.bubble_fraction`)
-
-
-@dataclass
-class _Targets:
-    """What the policy and value losses regress to, for the whole batch ([N, T-1], aligned with
-    the logprobs)."""
-
-    advantages: torch.Tensor
-    values: torch.Tensor | None = None  # the critic's values at the step's start (gae)
-    returns: torch.Tensor | None = None
-    # decoupled PPO over several mini-batches: the policy's logprobs at the step's start (with
-    # one optimizer step each micro-batch's own forward pass is that policy, and this is None)
-    proximal: torch.Tensor | None = None
-
-
-@dataclass
-class MicroSlice:
-    """A micro-batch's rows of what its loss needs, [n, T-1] each (aligned with its logprobs)."""
-
-    behaviour: torch.Tensor  # the rollout's logprobs
-    advantages: torch.Tensor
-    mask: torch.Tensor  # trained tokens
-    weights: torch.Tensor  # the aggregation's token weights over the optimizer step's rows
-    versions: torch.Tensor  # the policy version that sampled each token
-    version: int  # the batch's (the trainer's) version
-    proximal: torch.Tensor | None  # decoupled PPO's policy at the step's start; None: the pass's own
-
-
-def micro_slice(batch: Batch, rows: torch.Tensor, width: int, mask: torch.Tensor, weights: torch.Tensor,
-                targets: _Targets) -> MicroSlice:
-    """`rows` of the batch-wide tensors, cut to `width` tokens."""
-    t = width - 1
-    return MicroSlice(batch.old_logprobs[rows, 1:width], targets.advantages[rows, :t], mask[rows, :t],
-                      weights[rows, :t], batch.versions[rows, 1:width], batch.version,
-                      None if targets.proximal is None else targets.proximal[rows, :t])
 
 
 class Trainer:
@@ -129,7 +68,7 @@ class Trainer:
         self.lora = bool(adapters(model))
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
                                            betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(cfg, s, total_steps))
+        self.scheduler = lr_scheduler(self.optimizer, cfg, total_steps)
 
     def rl_step(self, batch: Batch) -> StepStats:
         """One batch: `algorithm.mini_batches` optimizer steps, each on its share of the groups
@@ -140,7 +79,7 @@ class Trainer:
         self._start_rl()
         self.model.train()
         mask = batch.loss_mask[:, 1:]
-        parts = self._mini_batches(batch)
+        parts = mini_batches(batch, self.algo.mini_batches)
         # the optimizer steps' own micro-batches (under FSDP, each rank's targets are of its own rows)
         micro = [rows for part in parts for rows in self._micro_batches(batch, part)]
         targets = self._targets(batch, mask, micro + self._padding(batch, micro))
@@ -159,28 +98,10 @@ class Trainer:
         self.scheduler.step()
         if self.ranks is not None:  # each rank has summed its own share of the rows
             totals, meter = self.ranks.sum(totals), self.ranks.merge(meter)
-        return self._rl_stats(totals, meter, norms, batch)
-
-    def _rl_stats(self, totals: torch.Tensor, meter: OffPolicyMeter, norms: list[tuple[float, float]],
-                  batch: Batch, **extra: float) -> StepStats:
-        """The step's stats from its sums (`_micro_step`'s, over the batch) and per-optimizer-step norms."""
-        n, k = max(float(batch.loss_mask[:, 1:].sum()), 1.0), len(norms)
-        return StepStats(loss=float(totals[0]) / k, kl_behavior=float(totals[1]) / n, kl_ref=float(totals[2]) / n,
-                         entropy=float(totals[3]) / n, clip_fraction=float(totals[4]) / n,
-                         grad_norm=sum(g for g, _ in norms) / k, tokens=int(n), lr=self.scheduler.get_last_lr()[0],
-                         value_loss=float(totals[5]) / k if self.critic is not None else math.nan,
-                         value_grad_norm=sum(v for _, v in norms) / k, **dataclasses.asdict(meter.result()), **extra)
-
-    def _mini_batches(self, batch: Batch) -> list[torch.Tensor]:
-        """The batch's groups dealt into `algorithm.mini_batches` parts of rows (a group's rows
-        stay together: group-relative advantages and shared prompts span them)."""
-        groups = sorted(set(batch.group_ids.tolist()))
-        k = min(self.algo.mini_batches, len(groups))
-        parts = [set(groups[i::k]) for i in range(k)]
-        return [torch.tensor([r for r, g in enumerate(batch.group_ids.tolist()) if g in part]) for part in parts]
+        return rl_stats(totals, meter, norms, batch, self.scheduler.get_last_lr()[0], self.critic is not None)
 
     def _micro_step(self, batch: Batch, rows: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
-                    targets: _Targets, meter: OffPolicyMeter) -> torch.Tensor:
+                    targets: Targets, meter: OffPolicyMeter) -> torch.Tensor:
         """Forward and backward of one micro-batch (gradients accumulate). -> sums of: loss,
         kl_behavior, kl_ref, entropy, clipped tokens, value loss"""
         width = int(batch.seq_lens[rows].max())
@@ -194,8 +115,9 @@ class Trainer:
         part = micro_slice(batch, rows, width, mask, weights, targets)
         loss, sums = self._loss(logp, entropy, ref, part, meter)
         loss.backward()
-        w = part.weights
-        v_loss = self._value_backward(ids, rows, w, targets, layout) if self.critic is not None else torch.zeros(())
+        v_loss = torch.zeros(())
+        if self.critic is not None:
+            v_loss = value_backward(self.critic, ids, rows, part.weights, targets, layout, self.algo.value_clip)
         return torch.cat([sums, v_loss[None]])
 
     def _loss(self, logp: torch.Tensor, entropy: torch.Tensor | None, ref: torch.Tensor | None, part: MicroSlice,
@@ -231,7 +153,7 @@ class Trainer:
         out = self.objective(logp, proximal, adv, mask, *self.clip)
         return PolicyLoss(out.loss * weight, out.clipped)
 
-    def _targets(self, batch: Batch, mask: torch.Tensor, micro: list[torch.Tensor]) -> _Targets:
+    def _targets(self, batch: Batch, mask: torch.Tensor, micro: list[torch.Tensor]) -> Targets:
         """Advantages per token: the buffer's, or GAE from the critic's values at the step's start
         (whole rows, then whitened over the batch's tokens); and the proximal logprobs when
         several optimizer steps follow."""
@@ -243,7 +165,7 @@ class Trainer:
                     width = int(batch.seq_lens[rows].max())
                     proximal[rows, : width - 1] = self._logprobs(self.model, batch, rows, width)[0]
         if self.critic is None:
-            return _Targets(batch.advantages[:, 1:], proximal=proximal)
+            return Targets(batch.advantages[:, 1:], proximal=proximal)
         values = torch.zeros_like(mask)
         with torch.no_grad():
             for rows in micro:
@@ -253,7 +175,7 @@ class Trainer:
         adv, returns = gae(last_token_rewards(batch.rewards, mask), values, mask, self.algo.gamma, self.algo.lam)
         if self.algo.whiten_advantages:
             adv = whiten(adv, mask)
-        return _Targets(adv, values, returns, proximal)
+        return Targets(adv, values, returns, proximal)
 
     def _logprobs(self, model: Decoder, batch: Batch, rows: torch.Tensor, width: int, with_entropy: bool = False,
                   layout: Layout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -270,19 +192,6 @@ class Trainer:
         if layout is None and self._sharing(batch):
             layout = shared_prompt_layout(batch, rows, width)
         return layout.values(self.critic) if layout is not None else self.critic.values(batch.input_ids[rows, :width])
-
-    def _value_backward(self, ids: torch.Tensor, rows: torch.Tensor, w: torch.Tensor, targets: _Targets,
-                        layout: Layout | None) -> torch.Tensor:
-        """The critic's clipped value loss on one micro-batch, weighted like the policy's."""
-        assert self.critic is not None and targets.values is not None and targets.returns is not None
-        self.critic.train()
-        t = w.shape[1]
-        values = layout.values(self.critic) if layout is not None else self.critic.values(ids)
-        per_token = value_loss(values, targets.values[rows, :t], targets.returns[rows, :t],
-                               self.algo.value_clip)
-        loss = (per_token * w).sum()
-        loss.backward()
-        return loss.detach()
 
     def _start_rl(self) -> None:
         """The reference and the critic are copies of the policy as RL starts (after any SFT
@@ -348,33 +257,8 @@ class Trainer:
         return _frozen_copy(self.model) if self.ranks is None else self.ranks.frozen_copy(self.model)
 
     def _micro_batches(self, batch: Batch, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
-        """`rows` (default all) grouped by length, each micro-batch padded only to its own longest
-        row and holding about `micro_batch_tokens` tokens: padding is compute the backward pass
-        pays for too. With shared prompts the unit is a group (its rows stay together, as one
-        packed row)."""
-        lens, groups = batch.seq_lens.tolist(), batch.group_ids.tolist()
-        units: dict[int, list[int]] = {}
-        for row in rows.tolist() if rows is not None else range(len(lens)):
-            units.setdefault(groups[row] if self._sharing(batch) else row, []).append(row)
-        cost = {key: self._packed_length(batch, members, lens) for key, members in units.items()}
-        if self.ranks is not None:  # this rank's share of the units; the other ranks train the rest
-            cost = self.ranks.deal(cost)
-        out, current, count = [], [], 0
-        for key in sorted(cost, key=cost.__getitem__):
-            if current and (count + 1) * cost[key] > self.cfg.micro_batch_tokens:
-                out.append(torch.tensor(current))
-                current, count = [], 0
-            current += units[key]
-            count += 1
-        if current:
-            out.append(torch.tensor(current))
-        return out
-
-    def _packed_length(self, batch: Batch, rows: list[int], lens: list[int]) -> int:
-        if len(rows) == 1 or batch.prompt_lens is None:
-            return lens[rows[0]]
-        prompt = int(batch.prompt_lens[rows[0]])
-        return prompt + sum(max(lens[r] - prompt - 1, 0) for r in rows)  # a completion's last token stays out
+        """This rank's micro-batches of `rows` (default all): `micro_batch.micro_batches`."""
+        return micro_batches(batch, rows, self.cfg.micro_batch_tokens, self._sharing(batch), self.ranks)
 
     def state_dict(self) -> dict:
         """Optimizer and schedule; the reference model and the critic with its optimizer once RL
@@ -398,16 +282,6 @@ class Trainer:
             assert self.critic is not None and self.critic_optimizer is not None
             self.critic.load_state_dict(state["critic"])
             self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-
-
-def lr_factor(cfg: TrainerConfig, step: int, total_steps: int) -> float:
-    """Linear warm-up to 1, then constant or cosine down to `min_lr_ratio` at `total_steps`."""
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant" or total_steps <= cfg.warmup_steps:
-        return 1.0
-    progress = min(1.0, (step - cfg.warmup_steps) / (total_steps - cfg.warmup_steps))
-    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def _frozen_copy(model: Decoder) -> Decoder:

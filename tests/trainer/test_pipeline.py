@@ -24,6 +24,7 @@ from tempering.models import build_model
 from tempering.trainer import Trainer
 from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.pipeline import bubble_fraction, cut_stage, stage_layers
+from tempering.trainer.micro_batch import mini_batches
 from tempering.trainer.pipeline_step import pipeline_rows
 
 STEPS = 2
@@ -83,7 +84,7 @@ def _merged(out: Path, world: int) -> dict:
 
 def _bubble(pp: int, per_rank: int) -> float:
     """Megatron's (interleaved) 1F1B bubble for the last optimizer step's micro-batches."""
-    part = Trainer(build_model(ARCH), CFG, ALGO)._mini_batches(BATCHES[STEPS - 1])[-1]
+    part = mini_batches(BATCHES[STEPS - 1], ALGO.mini_batches)[-1]
     m = pipeline_rows(BATCHES[STEPS - 1], part, CFG.micro_batch_tokens, pp).microbatches
     return (pp - 1) / (per_rank * m + pp - 1)
 
