@@ -116,6 +116,31 @@ def test_two_trainer_ranks_write_shards_and_a_resume_continues_in_a_new_group(tm
     assert any(not torch.equal(third[k], fifth[k]) for k in third)  # the new group went on training
 
 
+def test_a_pipelined_trainer_runs_checkpoints_and_resumes_at_data_parallel(tmp_path):
+    # the RL trainer as 2 pipeline stages (trainer.parallelize.pp = 2): rank 0 publishes the full
+    # model assembled from both stages, each stage writes its shards, and a resume at dp = 2 reads
+    # them (the numbers against the single-process trainer: tests/trainer/test_pipeline_group.py)
+    ranks = ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
+    run = tmp_path / "pp"
+
+    def train(steps: int, *args: str) -> list[dict]:
+        r = subprocess.run(cli(tmp_path, "--run.name=pp", f"--run.steps={steps}", "--run.checkpoint_every=2",
+                               "--buffer.drop_uniform_groups=false", *ranks, *args),
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    from tempering.models import load_hf
+
+    rows = train(2, "--trainer.parallelize.pp=2")
+    assert [r["step"] for r in rows] == [1, 2] and all(0 < r["pipeline_bubble"] < 1 for r in rows)
+    rows = train(3, "--resume")  # trainer.parallelize back at its default: FSDP over both ranks
+    assert [r["step"] for r in rows] == [1, 2, 3] and "pipeline_bubble" not in rows[-1]
+    second = load_hf(run / "checkpoints" / "step-000002" / "model").state_dict()
+    third = load_hf(run / "checkpoints" / "step-000003" / "model").state_dict()
+    assert any(not torch.equal(second[k], third[k]) for k in second)
+
+
 def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):
     # enough SFT that the code domain writes programs that end (and so run in the sandbox)
     args = cli(tmp_path, "--run.name=r", "--run.checkpoint_every=2", "--buffer.drop_uniform_groups=false", "--sft.steps=300")

@@ -13,7 +13,9 @@ weights on rank 0 and writes the HF folder the single-process checkpoint writes.
 with `runtime.trainer_ranks` > 1 and `runtime.checkpoint_format = "sharded"`, `group` orders
 every rank to write its shards into the run's checkpoint folder (rank 0 adds the HF model, RNG
 states and run state as `checkpoint.save_checkpoint` does), and a resume reads them back at
-another number of ranks, or in one process: DCP reshards on load. All ranks write one checkpoint
+another number of ranks or another layout (tp, dp, pp), or in one process: DCP reshards on load.
+A pipeline's stages write their own parameters under their plain names; the last stage's copy of
+a tied head writes its optimizer state as the embedding's (the name a single process uses). All ranks write one checkpoint
 folder, so on several nodes it must be on a shared filesystem. Each rank builds its full model
 before sharding (no meta-device loading of large checkpoints yet), and RNG states are not
 sharded (the RL step draws no random numbers; rank 0's are saved with the run).
@@ -44,6 +46,7 @@ from tempering.tokenizer import Tokenizer
 from tempering.trainer.checkpoint import point_latest
 from tempering.trainer.mesh import build_mesh, device_type, mesh_shape
 from tempering.trainer.parallelize import Ranks, mixed_precision
+from tempering.trainer.stage_state import EMBED, HEAD, full_weights, holds_copy
 from tempering.trainer.step import StepStats, Trainer
 
 
@@ -92,16 +95,30 @@ class _Shards(Stateful):
 
     def state_dict(self) -> dict[str, dict]:
         model, optimizer = get_state_dict(self.trainer.model, self.trainer.optimizer)
-        state = {"model": model, "optimizer": optimizer}
+        # a pipeline's copy of a tied head steps as the embedding: its optimizer state is that one
+        state = {"model": model, "optimizer": _renamed(optimizer, self._copy_names())}
         if self.trainer.reference is not None:
             state["reference"] = get_model_state_dict(self.trainer.reference)
         return state
 
     def load_state_dict(self, state: dict[str, dict]) -> None:
+        back = {v: k for k, v in self._copy_names().items()}
         set_state_dict(self.trainer.model, self.trainer.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+                       optim_state_dict=_renamed(state["optimizer"], back))
         if "reference" in state and self.trainer.reference is not None:
             set_model_state_dict(self.trainer.reference, state["reference"])
+
+
+    def _copy_names(self) -> dict[str, str]:
+        return {HEAD: EMBED} if holds_copy(self.trainer.model) else {}
+
+
+def _renamed(optimizer: dict, names: dict[str, str]) -> dict:
+    """An optimizer state dict (keyed by parameter name) with the parameters `names` renames."""
+    if not names:
+        return optimizer
+    return {"state": {names.get(k, k): v for k, v in optimizer["state"].items()},
+            "param_groups": [{**g, "params": [names.get(n, n) for n in g["params"]]} for g in optimizer["param_groups"]]}
 
 
 def save_sharded(run_dir: Path, trainer: Trainer, state: JSONObject) -> Path:
@@ -151,8 +168,11 @@ def read_shards(folder: Path, trainer: Trainer) -> None:
     if meta["reference"] and trainer.algo.kl_coef > 0 and trainer.reference is None:
         trainer.reference = trainer._frozen_copy()  # then overwritten with the saved one
     dcp.load({"trainer": _Shards(trainer)}, checkpoint_id=folder / "sharded", no_dist=not dist.is_initialized())
-    # after the optimizer: its param groups brought back the LR the schedule had set
     trainer.scheduler.load_state_dict(meta["scheduler"])
+    # the LR the schedule had set: DCP keeps one rank's copy of the param groups' non-tensor items,
+    # which name that rank's parameters only (pipeline stages hold different ones)
+    for group, lr in zip(trainer.optimizer.param_groups, trainer.scheduler.get_last_lr(), strict=True):
+        group["lr"] = lr
 
 
 def is_sharded(folder: Path) -> bool:
@@ -160,10 +180,14 @@ def is_sharded(folder: Path) -> bool:
     return (folder / "shards.json").is_file()
 
 
-def export_hf(model: Decoder, folder: Path, tokenizer: Tokenizer | None = None) -> None:
+def export_hf(model: Decoder, folder: Path, tokenizer: Tokenizer | None = None, ranks: Ranks | None = None) -> None:
     """The full weights gathered on rank 0 and written as an HF folder (`save_hf`, plus the
-    tokenizer when given), as the single-process checkpoint's `model/`."""
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    tokenizer when given), as the single-process checkpoint's `model/`; with pipeline stages
+    (`ranks`), every stage's."""
+    if ranks is not None and ranks.shape.pp > 1:
+        full = full_weights(model, ranks)
+    else:
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() == 0:
         with torch.device("meta"):
             plain = Decoder(model.arch)

@@ -1,12 +1,13 @@
-"""`TrainerGroup`: the RL trainer as `world` processes (FSDP2, tensor parallel: `trainer.parallelize`),
-led by the calling process.
+"""`TrainerGroup`: the RL trainer as `world` processes (FSDP2, tensor or pipeline parallel:
+`trainer.parallelize`), led by the calling process.
 
 Rank 0 keeps the run's loop and the plain, full policy (what is published and checkpointed) and
 trains its shard; ranks 1.. are workers of the run's runtime (local processes or Ray actors) that
 meet rank 0 at `runtime.host` and follow its orders, each a collective: `step` (every rank gets
 the whole batch; the full weights are then gathered into rank 0's copy), `state` (the full
 trainer state in the single-process format), and `save` / `load` (each rank's own shards with
-torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks.
+torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks and
+another layout. Pipeline stages gather their own weights and state (`stage_state`).
 A follower that raises ends, and rank 0's next collective fails at the group's deadline naming
 it. Followers ignore SIGINT and SIGTERM and exit when rank 0 is gone. Sharded checkpoints over
 several nodes need a shared filesystem; nothing here moves batches to a GPU."""
@@ -27,13 +28,13 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 from tempering.config import AlgorithmConfig, TrainerConfig
-from tempering.errors import UserError
 from tempering.models import Arch, Decoder
 from tempering.records import Batch
 from tempering.runtime import Blob, LocalRuntime, Resources, Runtime, WorkerFailed
 from tempering.trainer.distributed import init_ranks, read_shards, write_shards
 from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.parallelize import Ranks
+from tempering.trainer.stage_state import full_state, full_weights, load_stage
 from tempering.trainer.step import StepStats, Trainer
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -51,11 +52,7 @@ class TrainerGroup:
         one CPU); `timeout_s` bounds their placement and every collective."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
-        # a layout that does not fit fails before any rank starts
-        if mesh_shape(trainer.cfg.parallelize, world).pp > 1:
-            raise UserError("trainer.parallelize.pp > 1 is not wired into the run's trainer group yet: it gathers "
-                            "the full weights, optimizer state and checkpoints from sharded ranks, not from "
-                            "pipeline stages (pipeline parallel runs through tempering.trainer.distributed)")
+        mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
         self.model, self.world = model, world
         runtime = runtime if runtime is not None else LocalRuntime()
         spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,
@@ -84,8 +81,7 @@ class TrainerGroup:
     def rl_step(self, batch: Batch) -> StepStats:
         """One RL step on every rank; then `model` holds the new weights."""
         stats = self._collective(("step", batch), lambda: self.trainer.rl_step(batch))
-        full = self._collective(None, lambda: get_model_state_dict(self.trainer.model, options=FULL))
-        self.model.load_state_dict(full)
+        self.model.load_state_dict(self._collective(None, lambda: _full_weights(self.trainer)))
         return stats
 
     def state_dict(self) -> dict[str, dict]:
@@ -100,8 +96,7 @@ class TrainerGroup:
     def load(self, folder: Path) -> None:
         """Every rank reads its shards of `folder`; then `model` holds the loaded weights."""
         self._collective(("load", folder), lambda: read_shards(folder, self.trainer))
-        self.model.load_state_dict(self._collective(None, lambda: get_model_state_dict(self.trainer.model,
-                                                                                       options=FULL)))
+        self.model.load_state_dict(self._collective(None, lambda: _full_weights(self.trainer)))
 
     def close(self) -> None:
         """Stop the followers and leave the group."""
@@ -149,6 +144,9 @@ def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state:
     model.load_state_dict(weights)
     trainer = Trainer(ranks.shard(model), spec.cfg, spec.algo, spec.temperature, spec.norm_tokens, spec.total_steps,
                       ranks=ranks)
+    if ranks.shape.pp > 1:  # a pipeline stage: its own parameters' share, by name
+        load_stage(trainer, ranks, state)
+        return trainer
     local = StateDictOptions(full_state_dict=True)
     if state["optimizer"]["state"]:  # a fresh optimizer has nothing to restore
         set_optimizer_state_dict(trainer.model, trainer.optimizer, state["optimizer"], options=local)
@@ -159,7 +157,19 @@ def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state:
     return trainer
 
 
-def _full_state(trainer: Trainer) -> dict[str, dict]:
+def _full_weights(trainer: Trainer) -> dict[str, torch.Tensor] | None:
+    """Collective: the full model's weights on rank 0 (every pipeline stage's, or every shard's)."""
+    assert trainer.ranks is not None
+    if trainer.ranks.shape.pp > 1:
+        return full_weights(trainer.model, trainer.ranks)
+    return get_model_state_dict(trainer.model, options=FULL)
+
+
+def _full_state(trainer: Trainer) -> dict[str, dict] | None:
+    """Collective: the full trainer state on rank 0, the optimizer's keyed by parameter name."""
+    assert trainer.ranks is not None
+    if trainer.ranks.shape.pp > 1:
+        return full_state(trainer, trainer.ranks)
     state = {"optimizer": get_optimizer_state_dict(trainer.model, trainer.optimizer, options=FULL),
              "scheduler": trainer.scheduler.state_dict()}
     if trainer.reference is not None:
@@ -188,7 +198,7 @@ def _indexed(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
     index = {name: i for i, name in enumerate(_names(model))}
     opt = state["optimizer"]
     optimizer = {"state": {index[n]: s for n, s in opt["state"].items()},
-                 "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in opt["param_groups"]]}
+                 "param_groups": [{**g, "params": sorted(index[n] for n in g["params"])} for g in opt["param_groups"]]}
     return {**state, "optimizer": optimizer}
 
 
@@ -219,14 +229,14 @@ def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Blob[dict
             break
         if kind == "step":
             trainer.rl_step(payload)
-            get_model_state_dict(trainer.model, options=FULL)
+            _full_weights(trainer)
         elif kind == "state":
             _full_state(trainer)
         elif kind == "save":
             write_shards(payload, trainer)
         elif kind == "load":
             read_shards(payload, trainer)
-            get_model_state_dict(trainer.model, options=FULL)
+            _full_weights(trainer)
     dist.destroy_process_group()
 
 

@@ -145,11 +145,3 @@ def test_unsupported_layouts_say_so():
         mesh_shape(ParallelizeConfig(pp=2, tp=2), 4)
     with pytest.raises(ConfigError, match="pipeline parallel is not combined"):
         mesh_shape(ParallelizeConfig(pp=2), 4)  # dp_shard = -1 would take 2
-
-
-def test_the_run_trainer_group_refuses_pp_before_starting_ranks():
-    from tempering.trainer.group import TrainerGroup
-
-    cfg = dataclasses.replace(CFG, parallelize=ParallelizeConfig(pp=2))
-    with pytest.raises(UserError, match="pp > 1 is not wired into the run's trainer group"):
-        TrainerGroup(build_model(ARCH), Trainer(build_model(ARCH), cfg, ALGO), world=2, threads=1, timeout_s=10.0)
