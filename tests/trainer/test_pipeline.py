@@ -20,7 +20,7 @@ from test_fsdp import ALGO, ARCH, BATCHES, CFG, _spawn
 from test_mesh import _close, _same_as_oracle
 from tempering.config import ConfigError, ParallelizeConfig
 from tempering.errors import UserError
-from tempering.models import build_model
+from tempering.models import build_model, load_hf
 from tempering.trainer import Trainer
 from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.pipeline import bubble_fraction, cut_stage, stage_layers
@@ -34,10 +34,11 @@ DEEP = dataclasses.replace(ARCH, num_hidden_layers=4)  # 4 stages for interleavi
 # ---- what each rank runs (module-level: spawned processes import it by name) ----
 
 def _train(arch, ranks, out: Path) -> None:
-    from tempering.trainer.distributed import sharded_trainer, train
+    from tempering.trainer.distributed import export_hf, sharded_trainer, train
 
     trainer = sharded_trainer(build_model(arch, seed=1), ranks, CFG, ALGO, norm_tokens=8)
     stats = train(trainer, BATCHES[:STEPS], out / "run")
+    export_hf(trainer.model, out / "hf", ranks=ranks)  # every stage's weights, written by rank 0
     try:
         trainer.sft_step(BATCHES[0])
         refused = ""
@@ -96,6 +97,10 @@ def test_pp_2_gives_the_single_process_losses_and_weights(tmp_path, arch, work, 
     _spawn(work, tmp_path, 2, ParallelizeConfig(pp=2, pp_stages_per_rank=per_rank))
     got = _merged(tmp_path, 2)
     _same_as_oracle(got, oracle)
+    exported = load_hf(tmp_path / "hf").state_dict()
+    assert set(exported) == set(oracle[1][-1])
+    for name, v in got["weights"].items():
+        assert torch.equal(exported[name], v), name
     assert oracle[0][0].grad_norm > CFG.grad_clip and oracle[0][0].kl_ref > 0  # clipped, and a reference
     want = _bubble(2, per_rank)
     assert 0 < want < 0.5
