@@ -1,16 +1,18 @@
 """Sharded weight sync benchmark: a ~25M-parameter model (fp32, bench/weight_sync.py's
-architecture) on 2 gloo trainer ranks (FSDP2, or tensor parallel with --tp 2), published to a
-folder two ways, each `--syncs` times after one untimed warm-up. Prints one JSON object.
+architecture) on 2 gloo trainer ranks (FSDP2, tensor parallel with --tp 2, or 2 pipeline stages
+with --pp 2), published to a folder two ways, each `--syncs` times after one untimed warm-up.
+Prints one JSON object.
 
 `shards` (weights/shards.py): every rank writes its own pieces, rank 0 makes the version
 current; an engine's side reads every rank's file and assembles the full tensors. `gather`: the
 full weights gathered on rank 0 (torch.distributed.checkpoint's full state dict, as
-`TrainerGroup` does every step), written there as one file, read back whole. Reported per sync
+`TrainerGroup` does every step when it does not publish per shard; a pipeline's stages gathered
+with `stage_state.full_weights`), written there as one file, read back whole. Reported per sync
 (medians): `publish_s` (the slowest rank's), `assemble_s` (the engine's read), ms per MB of
 the payload (one copy of the weights) for each and for both, and the largest share of the model
 one rank held in memory at once (bytes of its own pieces vs the whole). MB = 1e6 bytes.
 
-    python bench/shard_sync.py [--syncs 3] [--tp 1]
+    python bench/shard_sync.py [--syncs 3] [--tp 1 | --pp 1]
 """
 
 from __future__ import annotations
@@ -40,21 +42,26 @@ WORLD = 2
 MB = 1e6
 
 
-def _rank(rank: int, port: int, folder: Path, syncs: int, tp: int) -> None:
+def _rank(rank: int, port: int, folder: Path, syncs: int, tp: int, pp: int) -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     from tempering.trainer.distributed import init_ranks
+    from tempering.trainer.stage_state import HEAD, full_weights, holds_copy
 
     torch.set_num_threads(1)
     ranks = init_ranks(backend="gloo", address=f"127.0.0.1:{port}", rank=rank, world=WORLD, timeout_s=300,
-                       parallelize=ParallelizeConfig(tp=tp))
+                       parallelize=ParallelizeConfig(tp=tp, pp=pp))
     model = ranks.shard(build_model(ARCH))
-    shards, gather = ShardPublisher(folder / "shards"), []
+    skip = frozenset({HEAD}) if holds_copy(model) else frozenset()  # a pipeline's copy of a tied head
+    shards, gather = ShardPublisher(folder / "shards", own=pp > 1, skip=skip), []
     for version in range(syncs + 1):
         dist.barrier()
         start = time.perf_counter()
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if pp > 1:
+            full = full_weights(model, ranks)
+        else:
+            full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if rank == 0:
             torch.save(distinct(full), folder / "gathered.pt")
         dist.barrier()
@@ -75,6 +82,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--syncs", type=int, default=3)
     parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    # the engine's side reads with as many torch threads as a rollout worker has (a run on this
+    # 2-core machine gives each process 1); with 2 on a loaded machine each small copy waits ms
+    parser.add_argument("--read-threads", type=int, default=1)
     args = parser.parse_args()
     payload = sum(t.nbytes for t in distinct(build_model(ARCH).state_dict()).values())
     with tempfile.TemporaryDirectory() as tmp, socket.socket() as s:
@@ -82,8 +93,9 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        mp.start_processes(_rank, args=(port, folder, args.syncs, args.tp), nprocs=WORLD, start_method="spawn")
+        mp.start_processes(_rank, args=(port, folder, args.syncs, args.tp, args.pp), nprocs=WORLD, start_method="spawn")
         runs = [json.loads((folder / f"times{v}.json").read_text()) for v in range(1, args.syncs + 1)]
+        torch.set_num_threads(args.read_threads)
         source, assemble, read = ShardSource(folder / "shards"), [], []
         for _ in range(args.syncs):
             start = time.perf_counter()
@@ -94,7 +106,8 @@ def main() -> None:
             read.append(time.perf_counter() - start)
     med = statistics.median
     out = {"params": sum(p.numel() for p in build_model(ARCH).parameters()), "payload_mb": payload / MB,
-           "ranks": WORLD, "tp": args.tp, "syncs": args.syncs}
+           "ranks": WORLD, "tp": args.tp, "pp": args.pp,
+           "syncs": args.syncs, "read_threads": args.read_threads}
     for name, publish, load in (("shards", [r["shards"] for r in runs], assemble),
                                 ("gather", [r["gather"] for r in runs], read)):
         out[name] = {"publish_s": med(publish), "assemble_s": med(load),

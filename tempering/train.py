@@ -39,6 +39,7 @@ from tempering.scheduler.global_ import GlobalScheduler
 from tempering.reward.graders import check_scorers
 from tempering.records import Group
 from tempering.rollout import RolloutBatch, RolloutService, RolloutSpec
+from tempering.rollout.replicas import WeightSync
 from tempering.runtime import Resources, StopRequest, threads_per_process
 from tempering.runtime.elastic import ElasticPolicy
 from tempering.runtime.factory import open_runtime
@@ -50,6 +51,7 @@ from tempering.trainer.checkpoint import latest_checkpoint, load_checkpoint, sav
 from tempering.trainer.recompute import recompute_blocks
 from tempering.trainer.distributed import read_shards
 from tempering.trainer.sft import fitting, sft_warmup
+from tempering.weights.shards import ShardSource
 
 
 @dataclass
@@ -99,15 +101,20 @@ def train(cfg: Config, resume: bool = False) -> JSONObject:
             warm_up(run, stop)
         runtime = open_runtime(cfg.runtime)
         try:
+            sync = None
             if cfg.runtime.trainer_ranks > 1:  # from the warmed-up (or restored) single-process trainer
                 ask = Resources(cpus=1, custom=dict(cfg.runtime.trainer_resources))  # as a replica asks
+                # engines on this machine read every rank's own shards: nothing is gathered to publish
+                shards = None if runtime.remote else run.dir / "weights"
                 run.trainer = TrainerGroup(run.model, run.trainer, cfg.runtime.trainer_ranks, run.threads,
-                                           cfg.run.stall_timeout_s, runtime, ask)
+                                           cfg.run.stall_timeout_s, runtime, ask, shards)
                 if run.shards is not None:  # each rank reads its own shards (resharded at another count)
                     run.trainer.load(run.shards)
+                if shards is not None:
+                    sync = WeightSync(run.trainer.publisher(), ShardSource(shards))
             with RolloutService(rollout_spec(run), run.policy, run.state.version, run.scheduler, runtime,
                                 cfg.runtime.replicas, cfg.runtime.replica_resources,
-                                cfg.runtime.max_replicas, elastic_policy(cfg.runtime)) as rollout:
+                                cfg.runtime.max_replicas, elastic_policy(cfg.runtime), sync) as rollout:
                 if run.state.baseline is None:
                     run.state.baseline = dataclasses.asdict(run_eval(run, rollout, "baseline"))
                 if not stop.is_set():
@@ -378,10 +385,13 @@ def run_eval(run: Run, rollout: RolloutService, label: str) -> EvalResult:
 
 
 def checkpoint(run: Run) -> None:
-    """Rank 0's full model as an HF folder always; the trainer's state as one file (gathered on
-    rank 0), or, with `runtime.checkpoint_format = "sharded"`, as each rank's shards."""
+    """Rank 0's full model as an HF folder always (gathered now if the ranks published their own
+    shards); the trainer's state as one file (gathered on rank 0), or, with
+    `runtime.checkpoint_format = "sharded"`, as each rank's shards."""
     state = {**dataclasses.asdict(run.state), "wall_seconds": run.wall_seconds,
              "scheduler": run.scheduler.state_dict()}
+    if isinstance(run.trainer, TrainerGroup):
+        run.trainer.refresh()  # rank 0's full model, exported as the HF folder
     if isinstance(run.trainer, TrainerGroup) and run.cfg.runtime.checkpoint_format == "sharded":
         save_checkpoint(run.dir, run.model, run.tokenizer, None, state, shards=run.trainer.save)
     else:

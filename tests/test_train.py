@@ -114,12 +114,26 @@ def test_two_trainer_ranks_write_shards_and_a_resume_continues_in_a_new_group(tm
     third = load_hf(run / "checkpoints" / "step-000003" / "model").state_dict()
     fifth = load_hf(run / "checkpoints" / "step-000005" / "model").state_dict()
     assert any(not torch.equal(third[k], fifth[k]) for k in third)  # the new group went on training
+    _engines_got(run, fifth)
+
+
+def _engines_got(run, final: dict) -> None:
+    """What the run's engines last read (each trainer rank's own shards, assembled) is the trainer's
+    final model, as its last checkpoint holds it."""
+    from tempering.weights.shards import ShardSource
+
+    source = ShardSource(run / "weights")
+    published = source.state(source.version)
+    assert source.version == json.loads((run / "summary.json").read_text())["steps"]
+    assert set(published) <= set(final) and len(published) >= len(final) - 1  # a tied head once
+    for name, v in published.items():
+        assert torch.equal(v, final[name]), name
 
 
 def test_a_pipelined_trainer_runs_checkpoints_and_resumes_at_data_parallel(tmp_path):
-    # the RL trainer as 2 pipeline stages (trainer.parallelize.pp = 2): rank 0 publishes the full
-    # model assembled from both stages, each stage writes its shards, and a resume at dp = 2 reads
-    # them (the numbers against the single-process trainer: tests/trainer/test_pipeline_group.py)
+    # the RL trainer as 2 pipeline stages (trainer.parallelize.pp = 2): each stage publishes its own
+    # weights for the engines and writes its shards, rank 0 exports the full model assembled from
+    # both, and a resume at dp = 2 reads the shards (the numbers against the single-process trainer: tests/trainer/test_pipeline_group.py)
     ranks = ["--runtime.trainer_ranks=2", "--runtime.checkpoint_format=sharded"]
     run = tmp_path / "pp"
 
@@ -134,11 +148,13 @@ def test_a_pipelined_trainer_runs_checkpoints_and_resumes_at_data_parallel(tmp_p
 
     rows = train(2, "--trainer.parallelize.pp=2")
     assert [r["step"] for r in rows] == [1, 2] and all(0 < r["pipeline_bubble"] < 1 for r in rows)
+    _engines_got(run, load_hf(run / "checkpoints" / "step-000002" / "model").state_dict())  # both stages' shards
     rows = train(3, "--resume")  # trainer.parallelize back at its default: FSDP over both ranks
     assert [r["step"] for r in rows] == [1, 2, 3] and "pipeline_bubble" not in rows[-1]
     second = load_hf(run / "checkpoints" / "step-000002" / "model").state_dict()
     third = load_hf(run / "checkpoints" / "step-000003" / "model").state_dict()
     assert any(not torch.equal(second[k], third[k]) for k in second)
+    _engines_got(run, third)
 
 
 def test_resume_after_kill_continues_steps_and_optimizer(tmp_path):

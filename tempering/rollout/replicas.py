@@ -6,6 +6,7 @@ a lost worker from a failed one.
 Weights: on the local runtime one `WeightStore` in shared memory serves every replica; on a
 remote runtime (Ray) each replica gets a channel of `BlobPublisher`, which waits for no replica,
 so a replica that dies never holds up a publish (a broadcast group would fail as a whole). A
+`WeightSync` given in their place (a sharded trainer's files) serves every replica its source. A
 worker whose process or node went away (`WorkerFailed.died`) is lost: `lose` forgets it and the
 caller re-places its groups. A worker that raised is a failure of the run, never retried
 elsewhere (the same input would fail again). A replica started for room the runtime says it
@@ -27,9 +28,17 @@ from tempering.rollout.inbox import Inbox
 from tempering.rollout.worker import GroupDone, RolloutSpec, WorkerMessage, run_rollout_worker
 from tempering.runtime import Queue, Resources, Runtime, WorkerFailed, WorkerHandle
 from tempering.scheduler.orders import NodePolicy
-from tempering.weights import BlobPublisher, WeightStore
+from tempering.weights import BlobPublisher, WeightPublisher, WeightSource, WeightStore
 
 CHECK_REMOTE_S = 0.02  # a remote worker's looks at its stop event and orders while busy (each ~1 ms)
+
+
+@dataclass(frozen=True)
+class WeightSync:
+    """A weight sync made elsewhere: the trainer's side, and what every replica reads (picklable)."""
+
+    publisher: WeightPublisher
+    source: WeightSource
 
 
 @dataclass
@@ -45,15 +54,18 @@ class Replica:
 
 class Replicas:
     def __init__(self, runtime: Runtime, spec: RolloutSpec, model: Decoder, version: int, room: int,
-                 resources: Mapping[str, float] | None = None):
+                 resources: Mapping[str, float] | None = None, weights: WeightSync | None = None):
         self.runtime, self.room = runtime, room
         # each replica sends into queues of its own (see `inbox`); the trainer reads them here
         self.groups: Inbox[GroupDone] = Inbox("scored groups")
         self.replies: Inbox[EvalResult] = Inbox("evaluations")
         self.spec = dataclasses.replace(spec, check_every_s=CHECK_REMOTE_S if runtime.remote else 0.0)
         self.timeout = spec.stall_timeout_s
-        self.weights: BlobPublisher | WeightStore = (
+        # the sync given (the trainer group's per-shard files), or the runtime's
+        self.weights: BlobPublisher | WeightStore | WeightPublisher = (
+            weights.publisher if weights is not None else
             BlobPublisher(runtime, self.timeout) if runtime.remote else WeightStore(model, runtime.ctx))
+        self.source = weights.source if weights is not None else None
         self.weights.publish(model, version)
         self.stop = runtime.event("rollout stop")
         self.resources = Resources(custom=dict(resources)) if resources else None
@@ -71,7 +83,8 @@ class Replicas:
         orders: Queue[WorkerMessage] = self.runtime.queue(0, f"orders for {name}")
         groups: Queue[GroupDone] = self.runtime.queue(self.room, f"scored groups of {name}")
         replies: Queue[EvalResult] = self.runtime.queue(1, f"evaluations of {name}")
-        weights = self.weights.channel(name) if isinstance(self.weights, BlobPublisher) else self.weights
+        weights = (self.weights.channel(name) if isinstance(self.weights, BlobPublisher) else
+                   self.source if self.source is not None else self.weights)
         worker = self.runtime.spawn(name, run_rollout_worker, self.spec, weights, groups, orders, replies,
                                     self.stop, i, resources=self.resources)
         self.groups.add(name, groups)

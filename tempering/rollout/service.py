@@ -22,7 +22,7 @@ from typing import Mapping, TypeVar
 from tempering.evaluation import EvalResult
 from tempering.models import Decoder
 from tempering.rollout.assembler import BatchAssembler, RolloutBatch
-from tempering.rollout.replicas import Replica, Replicas
+from tempering.rollout.replicas import Replica, Replicas, WeightSync
 from tempering.rollout.scaling import Scaling
 from tempering.rollout.worker import EvalRequest, GroupDone, RolloutSpec
 from tempering.runtime import Queue, Runtime, StopSignal, WorkerFailed
@@ -40,14 +40,14 @@ T = TypeVar("T")
 class RolloutService:
     def __init__(self, spec: RolloutSpec, model: Decoder, version: int, scheduler: GlobalScheduler, runtime: Runtime,
                  replicas: int = 1, resources: Mapping[str, float] | None = None, max_replicas: int = 0,
-                 elastic: ElasticPolicy | None = None):
+                 elastic: ElasticPolicy | None = None, weights: WeightSync | None = None):
         self.timeout = spec.stall_timeout_s
         self.scheduler = scheduler
         self.admission, self.placement = scheduler.admission, scheduler.placement
         # room for every group admission lets run at once, so a worker never waits to hand one back
         a = self.admission
         room = (a.groups_per_batch + a.refills) * (a.max_staleness + a.queue_size + 2)
-        self.replicas = Replicas(runtime, spec, model, version, room, resources)
+        self.replicas = Replicas(runtime, spec, model, version, room, resources, weights)
         self.groups, self._replies = self.replicas.groups, self.replicas.replies
         self.store = self.replicas.weights
         self._sandbox_slots = spec.sandbox.workers if spec.needs_sandbox else 0

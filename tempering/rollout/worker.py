@@ -103,8 +103,8 @@ class Leave:
 WorkerMessage = GroupOrder | NodePolicy | EvalRequest | Leave
 
 
-def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel, out: Queue[GroupDone],
-                       requests: Queue[WorkerMessage], replies: Queue[EvalResult], stop: Event,
+def run_rollout_worker(spec: RolloutSpec, weights: WeightStore | BlobChannel | WeightSource,
+                       out: Queue[GroupDone], requests: Queue[WorkerMessage], replies: Queue[EvalResult], stop: Event,
                        replica: int = 0) -> None:
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed + spec.first_batch + 7919 * replica)  # replicas sample apart

@@ -7,7 +7,9 @@ meet rank 0 at `runtime.host` and follow its orders, each a collective: `step` (
 the whole batch; the full weights are then gathered into rank 0's copy), `state` (the full
 trainer state in the single-process format), and `save` / `load` (each rank's own shards with
 torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks and
-another layout. Pipeline stages gather their own weights and state (`stage_state`).
+another layout. Pipeline stages gather their own weights and state (`stage_state`). Given a
+`weights` folder, a step gathers nothing: `publish` has every rank write its own shards
+(`weights.shards`), and `refresh` gathers rank 0's copy only when it is exported.
 A follower that raises ends, and rank 0's next collective fails at the group's deadline naming
 it. Followers ignore SIGINT and SIGTERM and exit when rank 0 is gone. Sharded checkpoints over
 several nodes need a shared filesystem; nothing here moves batches to a GPU."""
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 import socket
 import threading
 import time
@@ -34,32 +37,38 @@ from tempering.runtime import Blob, LocalRuntime, Resources, Runtime, WorkerFail
 from tempering.trainer.distributed import init_ranks, read_shards, write_shards
 from tempering.trainer.mesh import mesh_shape
 from tempering.trainer.parallelize import Ranks
-from tempering.trainer.stage_state import full_state, full_weights, load_stage
+from tempering.trainer.stage_state import (HEAD, full_state, full_weights, holds_copy, indexed_state, load_stage,
+                                           named_state)
 from tempering.trainer.step import StepStats, Trainer
+from tempering.weights.shards import ShardPublisher
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 WATCH_S = 1.0  # how often a follower looks whether rank 0 is still there
 T = TypeVar("T")
-Order = tuple[str, Batch | Path | None]  # what rank 0 tells the followers: ("step", batch), ("save", folder), ...
+Order = tuple[str, Batch | Path | int | None]  # what rank 0 tells the followers: ("step", batch), ("save", folder), ...
 
 
 class TrainerGroup:
     def __init__(self, model: Decoder, trainer: Trainer, world: int, threads: int, timeout_s: float,
-                 runtime: Runtime | None = None, resources: Resources | None = None):
-        """`model`: the full policy (kept, and updated after every step); `trainer`: the
-        single-process trainer whose configuration and state the group starts from; `runtime`
-        spawns ranks 1.. (a `LocalRuntime` when None), each asking for `resources` (default:
-        one CPU); `timeout_s` bounds their placement and every collective."""
+                 runtime: Runtime | None = None, resources: Resources | None = None, weights: Path | None = None):
+        """`model`: the full policy (kept, and updated after every step, or with `weights` when
+        `refresh` asks); `trainer`: the single-process trainer whose configuration and state the
+        group starts from; `runtime` spawns ranks 1.. (a `LocalRuntime` when None), each asking
+        for `resources` (default: one CPU); `timeout_s` bounds their placement and every
+        collective; `weights`: a folder every rank publishes its own shards into (`publisher`)."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
         mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
         self.model, self.world = model, world
+        if weights is not None:  # a run resumed: versions its earlier group published are gone
+            shutil.rmtree(weights, ignore_errors=True)
         runtime = runtime if runtime is not None else LocalRuntime()
         spec = _Spec(model.arch, trainer.cfg, trainer.algo, trainer.temperature, trainer.norm_tokens,
-                     trainer.total_steps, threads, timeout_s)
+                     trainer.total_steps, threads, timeout_s, weights)
+        self._stale = False  # whether `model` is behind the ranks' weights (per-shard publishing)
         # snapshots: the live model's and optimizer's tensors are stepped in place later
         weights = runtime.put_blob(model.state_dict())
-        state = runtime.put_blob(_named(trainer.state_dict(), model))
+        state = runtime.put_blob(named_state(trainer.state_dict(), model))
         address = f"{runtime.host}:{_free_port()}"
         leader = None if runtime.remote else os.getpid()  # Ray ends a gone driver's actors itself
         ask = resources or Resources()
@@ -77,17 +86,39 @@ class TrainerGroup:
         # its own copy: the optimizer may keep views of what it loads
         self.trainer = _sharded(spec, self.ranks, weights.get(timeout_s, "trainer rank 0"),
                                 copy.deepcopy(state.get(timeout_s, "trainer rank 0")))
+        self._shards = _publisher(spec, self.trainer)
 
     def rl_step(self, batch: Batch) -> StepStats:
-        """One RL step on every rank; then `model` holds the new weights."""
+        """One RL step on every rank; then `model` holds the new weights (publishing per shard:
+        once `refresh` is called)."""
         stats = self._collective(("step", batch), lambda: self.trainer.rl_step(batch))
-        self.model.load_state_dict(self._collective(None, lambda: _full_weights(self.trainer)))
+        if self._shards is None:
+            self.model.load_state_dict(self._collective(("gather", None), lambda: _full_weights(self.trainer)))
+        self._stale = self._shards is not None
         return stats
+
+    def refresh(self) -> None:
+        """Gather the ranks' weights into `model` if it is behind them (before it is exported)."""
+        if self._stale:
+            self.model.load_state_dict(self._collective(("gather", None), lambda: _full_weights(self.trainer)))
+            self._stale = False
+
+    def publisher(self) -> ShardedWeights:
+        """The run's `WeightPublisher` when the group was given a `weights` folder: every rank
+        writes its own shards of each version, engines read them with `ShardSource(folder)`."""
+        assert self._shards is not None, "TrainerGroup.publisher: the group was given no weights folder"
+        return ShardedWeights(self, self._shards)
+
+    def publish(self, version: int) -> None:
+        """Every rank writes its shards of the current weights as `version` (`ShardPublisher`)."""
+        assert self._shards is not None
+        shards = self._shards
+        self._collective(("publish", version), lambda: shards.publish(self.trainer.model, version))
 
     def state_dict(self) -> dict[str, dict]:
         """The full trainer state, as the single-process `Trainer.state_dict` gives it."""
         named = self._collective(("state", None), lambda: _full_state(self.trainer))
-        return _indexed(named, self.model)
+        return indexed_state(named, self.model)
 
     def save(self, folder: Path) -> None:
         """Every rank writes its shards into `folder` (`distributed.write_shards`)."""
@@ -96,7 +127,8 @@ class TrainerGroup:
     def load(self, folder: Path) -> None:
         """Every rank reads its shards of `folder`; then `model` holds the loaded weights."""
         self._collective(("load", folder), lambda: read_shards(folder, self.trainer))
-        self.model.load_state_dict(self._collective(None, lambda: _full_weights(self.trainer)))
+        self.model.load_state_dict(self._collective(("gather", None), lambda: _full_weights(self.trainer)))
+        self._stale = False
 
     def close(self) -> None:
         """Stop the followers and leave the group."""
@@ -129,13 +161,35 @@ class TrainerGroup:
             raise
 
 
+class ShardedWeights:
+    """A `WeightPublisher` whose `publish` has every rank of `group` write its own shards (the
+    `model` given is rank 0's copy, which is not read). `stats`: rank 0's share."""
+
+    def __init__(self, group: TrainerGroup, shards: ShardPublisher):
+        self.group, self.stats, self.version = group, shards.stats, -1
+
+    def publish(self, model: Decoder, version: int) -> None:
+        self.group.publish(version)
+        self.version = version
+
+
+def _publisher(spec: _Spec, trainer: Trainer) -> ShardPublisher | None:
+    """This rank's per-shard publisher, when the group publishes so (a pipeline stage: its plain
+    tensors are its own, the copy of a tied head is left out)."""
+    if spec.weights is None:
+        return None
+    stage = trainer.ranks is not None and trainer.ranks.shape.pp > 1
+    return ShardPublisher(spec.weights, own=stage, skip=frozenset({HEAD}) if holds_copy(trainer.model) else frozenset())
+
+
 class _Spec:
     """What every rank builds its trainer from (picklable: it crosses to the spawned ranks)."""
 
     def __init__(self, arch: Arch, cfg: TrainerConfig, algo: AlgorithmConfig, temperature: float, norm_tokens: int,
-                 total_steps: int, threads: int, timeout_s: float):
+                 total_steps: int, threads: int, timeout_s: float, weights: Path | None):
         self.arch, self.cfg, self.algo, self.temperature = arch, cfg, algo, temperature
         self.norm_tokens, self.total_steps, self.threads, self.timeout_s = norm_tokens, total_steps, threads, timeout_s
+        self.weights = weights  # the per-shard publishing folder, if any
 
 
 def _sharded(spec: _Spec, ranks: Ranks, weights: dict[str, torch.Tensor], state: dict[str, dict]) -> Trainer:
@@ -177,31 +231,6 @@ def _full_state(trainer: Trainer) -> dict[str, dict] | None:
     return state
 
 
-def _names(model: Decoder) -> list[str]:
-    """Parameter names in the order the optimizer holds them (`Trainer` passes model.parameters())."""
-    return [name for name, _ in model.named_parameters()]
-
-
-def _named(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
-    """Single-process trainer state -> the optimizer's keyed by parameter name (as
-    torch.distributed.checkpoint's full state dicts are)."""
-    if "critic" in state:
-        raise ValueError("TrainerGroup: a critic (algorithm.advantage = 'gae') is not sharded")
-    names, opt = _names(model), state["optimizer"]
-    optimizer = {"state": {names[i]: s for i, s in opt["state"].items()},
-                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in opt["param_groups"]]}
-    return {**state, "optimizer": optimizer}
-
-
-def _indexed(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
-    """The inverse of `_named`."""
-    index = {name: i for i, name in enumerate(_names(model))}
-    opt = state["optimizer"]
-    optimizer = {"state": {index[n]: s for n, s in opt["state"].items()},
-                 "param_groups": [{**g, "params": sorted(index[n] for n in g["params"])} for g in opt["param_groups"]]}
-    return {**state, "optimizer": optimizer}
-
-
 def _free_port() -> int:
     """A port free on every interface of this machine (ranks on other nodes connect to it)."""
     with socket.socket() as s:
@@ -220,6 +249,7 @@ def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Blob[dict
                        parallelize=spec.cfg.parallelize)
     who = f"trainer rank {rank}"
     trainer = _sharded(spec, ranks, weights.get(spec.timeout_s, who), state.get(spec.timeout_s, who))
+    shards = _publisher(spec, trainer)
     del weights, state
     while True:
         order: list[Order | None] = [None]
@@ -229,14 +259,17 @@ def _follow(spec: _Spec, address: str, rank: int, world: int, weights: Blob[dict
             break
         if kind == "step":
             trainer.rl_step(payload)
+        elif kind == "gather":
             _full_weights(trainer)
+        elif kind == "publish":
+            assert shards is not None
+            shards.publish(trainer.model, payload)
         elif kind == "state":
             _full_state(trainer)
         elif kind == "save":
             write_shards(payload, trainer)
         elif kind == "load":
             read_shards(payload, trainer)
-            _full_weights(trainer)
     dist.destroy_process_group()
 
 

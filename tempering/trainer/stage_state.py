@@ -9,6 +9,8 @@ once) and the full form gets `lm_head.weight` back as the embedding, as a tied m
 torch.distributed.checkpoint's full state dicts are (`group` turns that into the single-process
 indices); the last stage's copy takes the embedding's state (they step alike: `sync_tied_grads`).
 Every function that gathers is a collective of the pipeline's ranks ("pp" of the mesh).
+`named_state` / `indexed_state` turn a single-process trainer's state (the optimizer's keyed by
+parameter index) into that form and back.
 """
 
 from __future__ import annotations
@@ -83,6 +85,31 @@ def load_stage(trainer: Trainer, ranks: Ranks, state: dict[str, dict]) -> None:
         trainer.reference = ranks.frozen_copy(trainer.model)
         own = trainer.reference.state_dict()
         trainer.reference.load_state_dict({k: state["reference"][k] for k in own})
+
+
+def param_names(model: Decoder) -> list[str]:
+    """Parameter names in the order the optimizer holds them (`Trainer` passes model.parameters())."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def named_state(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
+    """Single-process trainer state -> the optimizer's keyed by parameter name (as
+    torch.distributed.checkpoint's full state dicts are)."""
+    if "critic" in state:
+        raise ValueError("TrainerGroup: a critic (algorithm.advantage = 'gae') is not sharded")
+    names, opt = param_names(model), state["optimizer"]
+    optimizer = {"state": {names[i]: s for i, s in opt["state"].items()},
+                 "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in opt["param_groups"]]}
+    return {**state, "optimizer": optimizer}
+
+
+def indexed_state(state: dict[str, dict], model: Decoder) -> dict[str, dict]:
+    """The inverse of `named_state`."""
+    index = {name: i for i, name in enumerate(param_names(model))}
+    opt = state["optimizer"]
+    optimizer = {"state": {index[n]: s for n, s in opt["state"].items()},
+                 "param_groups": [{**g, "params": sorted(index[n] for n in g["params"])} for g in opt["param_groups"]]}
+    return {**state, "optimizer": optimizer}
 
 
 def _gather(obj: object, ranks: Ranks) -> list | None:

@@ -10,8 +10,8 @@ engines read (a node's disk, or a shared filesystem across nodes), then rank 0 m
 version current (`LATEST`, renamed into place) and removes the older ones. `ShardSource` is the
 engine's `WeightSource`: it reads the current version's files and `assemble`s the full state.
 No rank holds more than its own shards; rank 0's gathered copy (`group.TrainerGroup`'s) is the
-alternative it replaces where a rank cannot hold the whole model. Choosing it for a run (train.py)
-is not done here.
+alternative it replaces. A run's trainer group publishes this way when its engines share the
+trainer's machine (train.py: the local runtime), into the run's `weights/` folder.
 """
 
 from __future__ import annotations
@@ -43,16 +43,18 @@ class Piece:
     tensor: torch.Tensor
 
 
-def local_pieces(model: Decoder) -> list[Piece]:
-    """This rank's pieces of every distinct tensor of `model`'s state_dict (a tied head once)."""
+def local_pieces(model: Decoder, own: bool = False, skip: frozenset[str] = frozenset()) -> list[Piece]:
+    """This rank's pieces of every distinct tensor of `model`'s state_dict (a tied head once), but
+    those named in `skip`. A plain tensor is whole on every rank (rank 0 publishes it), or with
+    `own` (a pipeline stage's) this rank's alone."""
     pieces, seen = [], set()
     for name, t in model.state_dict().items():
         local = t.to_local() if isinstance(t, DTensor) else t
-        if local.data_ptr() in seen:
+        if local.data_ptr() in seen or name in skip:
             continue
         seen.add(local.data_ptr())
-        if not isinstance(t, DTensor):  # whole on every rank: rank 0's
-            if not dist.is_initialized() or dist.get_rank() == 0:
+        if not isinstance(t, DTensor):
+            if own or not dist.is_initialized() or dist.get_rank() == 0:
                 pieces.append(Piece(name, tuple(t.shape), (0,) * t.dim(), t.detach()))
             continue
         coordinate = t.device_mesh.get_coordinate()
@@ -82,17 +84,20 @@ def assemble(pieces: list[Piece]) -> dict[str, torch.Tensor]:
 
 
 class ShardPublisher:
-    """The trainer's side, on every rank (`publish` is collective)."""
+    """The trainer's side, on every rank (`publish` is collective); `own` and `skip` as
+    `local_pieces` takes them (a pipeline stage: its plain tensors are its own, a tied head's
+    copy is left out)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, own: bool = False, skip: frozenset[str] = frozenset()):
         self.folder = Path(folder)
+        self.own, self.skip = own, skip
         self.stats = PublishStats()  # this rank's: its own bytes and seconds
 
     @torch.no_grad()
     def publish(self, model: Decoder, version: int) -> None:
         start = time.perf_counter()
         rank = dist.get_rank()
-        pieces = local_pieces(model)
+        pieces = local_pieces(model, self.own, self.skip)
         where = self.folder / f"v{version}"
         where.mkdir(parents=True, exist_ok=True)
         torch.save([Piece(p.name, p.shape, p.offset, p.tensor.cpu()) for p in pieces], where / f"rank{rank}.pt")

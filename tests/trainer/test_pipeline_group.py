@@ -114,3 +114,36 @@ def test_sharded_checkpoints_move_between_pp_2_and_dp_2(tmp_path, oracle):
     _close({k: hf[k] for k in saved}, oracle[0][1])  # the full model, exported from both stages
     second, saved = _resume(DP2, first, saved, 2, oracle, tmp_path / "dp")
     _resume(PP2, second, saved, 3, oracle)
+
+
+@pytest.mark.parametrize("cfg", [PP2, DP2], ids=["pp2", "dp2"])
+def test_ranks_publish_their_own_shards_and_an_engine_loads_the_trained_weights(tmp_path, oracle, cfg):
+    """Given a weights folder, a step gathers nothing into rank 0's copy; every rank writes its own
+    shards, and an engine assembles the single-process trainer's weights from them."""
+    from tempering.engine import LLM
+    from tempering.weights.layout import distinct
+    from tempering.weights.shards import ShardSource
+
+    model = build_model(ARCH, seed=0)
+    group = TrainerGroup(model, Trainer(model, cfg, ALGO, total_steps=10), 2, threads=1, timeout_s=TIMEOUT_S,
+                         weights=tmp_path / "weights")
+    try:
+        publisher = group.publisher()
+        publisher.publish(model, 0)
+        group.rl_step(BATCHES[0])
+        _close(model.state_dict(), build_model(ARCH, seed=0).state_dict())  # not gathered: the start's
+        publisher.publish(model, 1)
+        group.refresh()
+        trained = copy.deepcopy(model.state_dict())
+    finally:
+        group.close()
+    engine = LLM(build_model(ARCH, seed=9), max_seq_len=32, version=-1)
+    source = ShardSource(tmp_path / "weights")
+    assert source.version == 1 and source.pull(engine) and engine.version == 1
+    sent = [sum(p.tensor.nbytes for p in torch.load(tmp_path / "weights" / "v1" / f"rank{r}.pt", weights_only=False))
+            for r in range(2)]
+    one_copy = sum(t.nbytes for t in distinct(model.state_dict()).values())  # the tied head once
+    assert sum(sent) == one_copy and max(sent) < one_copy  # each rank: its own shards only
+    _close(engine.model.state_dict(), oracle[0][1])
+    for name, v in trained.items():
+        assert torch.equal(engine.model.state_dict()[name], v), name
