@@ -168,11 +168,8 @@ def read_shards(folder: Path, trainer: Trainer) -> None:
     if meta["reference"] and trainer.algo.kl_coef > 0 and trainer.reference is None:
         trainer.reference = trainer._frozen_copy()  # then overwritten with the saved one
     dcp.load({"trainer": _Shards(trainer)}, checkpoint_id=folder / "sharded", no_dist=not dist.is_initialized())
+    # after the optimizer: its param groups brought back the LR the schedule had set
     trainer.scheduler.load_state_dict(meta["scheduler"])
-    # the LR the schedule had set: DCP keeps one rank's copy of the param groups' non-tensor items,
-    # which name that rank's parameters only (pipeline stages hold different ones)
-    for group, lr in zip(trainer.optimizer.param_groups, trainer.scheduler.get_last_lr(), strict=True):
-        group["lr"] = lr
 
 
 def is_sharded(folder: Path) -> bool:

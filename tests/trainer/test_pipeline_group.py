@@ -1,10 +1,11 @@
 """The run's trainer group with pipeline stages (`trainer.parallelize.pp = 2`: rank 0 here, rank 1
 spawned, gloo on CPU) against the single-process `Trainer` on the same batches: the same losses
-and weights after each step in rank 0's full copy (what the run publishes and exports: every
-stage's parameters under their plain names, the tied head once), a full state in the
-single-process format that one process resumes from; and sharded checkpoints that move between
-layouts: written at pp=2, resumed at dp=2 with the very tensors saved, written there, resumed at
-pp=2 again, each going on as the single-process trainer does, with an HF folder of the full model."""
+and weights after each step in rank 0's full copy (what a checkpoint exports: every stage's
+parameters under their plain names, the tied head once), a full state in the single-process
+format that one process resumes from; sharded checkpoints that move between layouts (written at
+pp=2, resumed at pp=2 and at dp=2 with the very tensors saved, written there, resumed at pp=2
+again, each going on as the single-process trainer does, with an HF folder of the full model);
+and per-shard publishing (pp=2 and dp=2), whose files an engine assembles into the trained weights."""
 
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def test_sharded_checkpoints_move_between_pp_2_and_dp_2(tmp_path, oracle):
         group.close()
     hf = transformers.LlamaForCausalLM.from_pretrained(first / "model").state_dict()
     _close({k: hf[k] for k in saved}, oracle[0][1])  # the full model, exported from both stages
+    _resume(PP2, first, saved, 2, oracle)  # the stages resume as stages too
     second, saved = _resume(DP2, first, saved, 2, oracle, tmp_path / "dp")
     _resume(PP2, second, saved, 3, oracle)
 
