@@ -1,12 +1,12 @@
 """`TrainerGroup`: the RL trainer as `world` processes (FSDP2, tensor or pipeline parallel:
 `trainer.parallelize`), led by the calling process.
 
-Rank 0 keeps the run's loop and the plain, full policy (what is published and checkpointed) and
-trains its shard; ranks 1.. are workers of the run's runtime (local processes or Ray actors) that
-meet rank 0 at `runtime.host` and follow its orders, each a collective: `step` (every rank gets
-the whole batch; the full weights are then gathered into rank 0's copy), `state` (the full
-trainer state in the single-process format), and `save` / `load` (each rank's own shards with
-torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks and
+Rank 0 keeps the run's loop and the plain, full policy (what is checkpointed, and published
+unless the ranks publish their own shards) and trains its shard; ranks 1.. are workers of the
+run's runtime (local processes or Ray actors) that meet rank 0 at `runtime.host` and follow its
+orders, each a collective: `step` (every rank gets the whole batch), `gather` (the full weights
+into rank 0's copy), `publish`, `state` (the full trainer state in the single-process format),
+and `save` / `load` (each rank's own shards with torch.distributed.checkpoint). Both checkpoint formats resume at another number of ranks and
 another layout. Pipeline stages gather their own weights and state (`stage_state`). Given a
 `weights` folder, a step gathers nothing: `publish` has every rank write its own shards
 (`weights.shards`), and `refresh` gathers rank 0's copy only when it is exported.
