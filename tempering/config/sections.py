@@ -110,9 +110,9 @@ class EngineConfig:
     # logprobs further from the trainer's (trainer.offpolicy reports the gap; algorithm.is_cap
     # bounds the weights). Without such units 16-bit runs slower than float32: the engine warns
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    # "int8": the rollouts' linear layers hold weight-only int8 with a scale per output row (a C
-    # kernel of ours, engine/cpu/int8_linear.c; activations stay float32), made again from the
-    # float32 weights at every load; the trainer stays float32, and
+    # "int8": the rollouts' linear layers take int8 products (weights with a scale per output row,
+    # activations per token outside each call's 1/16 largest columns, which stay float32;
+    # engine/cpu/int8_weights.py), made again from the float32 weights at every load; the trainer stays float32, and
     # algorithm.off_policy = "decoupled" absorbs the gap. CPU and a float32 engine only
     weights: Literal["auto", "int8"] = "auto"
     # the KV cache's storage: "fp32" = the engine's dtype (above); "fp16" / "bf16" = 16-bit keys and
