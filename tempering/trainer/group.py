@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
                                                      set_model_state_dict, set_optimizer_state_dict)
 
-from tempering.config import AlgorithmConfig, TrainerConfig
+from tempering.config import AlgorithmConfig, ConfigError, TrainerConfig
 from tempering.models import Arch, Decoder
 from tempering.records import Batch
 from tempering.runtime import Blob, LocalRuntime, Resources, Runtime, WorkerFailed
@@ -58,7 +58,10 @@ class TrainerGroup:
         collective; `weights`: a folder every rank publishes its own shards into (`publisher`)."""
         if world < 2:
             raise ValueError(f"TrainerGroup: world must be >= 2, got {world}")
-        mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
+        shape = mesh_shape(trainer.cfg.parallelize, world)  # a layout that does not fit fails before any rank starts
+        if shape.pp > 1 and shape.dp > 1:
+            raise ConfigError(f"trainer.parallelize: {shape}: a run's trainer group does not combine pp with data "
+                              "parallel yet (pp = runtime.trainer_ranks there; pp x dp runs in distributed.train)")
         self.model, self.world = model, world
         if weights is not None:  # a run resumed: versions its earlier group published are gone
             shutil.rmtree(weights, ignore_errors=True)

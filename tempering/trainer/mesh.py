@@ -7,8 +7,9 @@ outermost (they exchange one activation per micro-batch). The sizes come from
 be the number of trainer ranks. The data-parallel ranks (replicas x shards) are the ones that
 split a batch's rows; the ranks of one tp group (and of one pipeline) train the same rows. It
 builds the mesh, not the model's parallelism (`parallelize`, `tensor_parallel`, `pipeline`).
-Pipeline stages do not combine with the other dimensions yet: `pp > 1` needs `tp`,
-`dp_replicate` and `dp_shard` of 1 (a `ConfigError` says so).
+Pipeline stages combine with data parallel (each stage sharded or replicated over the "dp"
+ranks of its pipeline coordinate), not with tensor parallel yet: `pp > 1` needs `tp = 1` (a
+`ConfigError` says so).
 """
 
 from __future__ import annotations
@@ -56,10 +57,9 @@ def mesh_shape(cfg: ParallelizeConfig, world: int) -> MeshShape:
     if dp_shard < 1 or shape.world != world:
         raise ConfigError(f"trainer.parallelize: dp_replicate ({cfg.dp_replicate}) x dp_shard ({cfg.dp_shard}) x "
                           f"tp ({cfg.tp}) x pp ({cfg.pp}) must equal runtime.trainer_ranks ({world})")
-    if shape.pp > 1 and (shape.tp > 1 or shape.dp > 1):
-        raise ConfigError(f"trainer.parallelize: pp = {shape.pp} with tp = {shape.tp}, dp_replicate = "
-                          f"{shape.dp_replicate}, dp_shard = {shape.dp_shard}: pipeline parallel is not combined "
-                          "with tensor or data parallel yet (pp > 1 needs the others at 1, pp = trainer_ranks)")
+    if shape.pp > 1 and shape.tp > 1:
+        raise ConfigError(f"trainer.parallelize: pp = {shape.pp} with tp = {shape.tp}: pipeline parallel is not "
+                          "combined with tensor parallel yet (pp > 1 needs tp = 1; data parallel is fine)")
     return shape
 
 

@@ -6,7 +6,8 @@ dimension (`tensor_parallel`), then `fully_shard` on the data-parallel one ("dp_
 gathered just before it runs, forward or backward, and freed after), then the root, whose unit
 holds what is left: the embeddings, the final norm and `lm_head`. A tied `lm_head` is the
 embedding's own parameter, so keeping both in the root's unit keeps them one parameter (FSDP2
-re-points both modules at the one sharded tensor).
+re-points both modules at the one sharded tensor). With pipeline stages (`pp`) the model is cut
+to the rank's stages first and each stage module is sharded the same way, as a root of its own.
 
 Every rank is given the whole batch and its data-parallel rank trains its share of the groups
 (`Trainer._micro_batches` asks `deal`; the ranks of one tp group train the same rows) with token
@@ -27,9 +28,11 @@ from __future__ import annotations
 
 from copy import deepcopy
 from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate
@@ -41,7 +44,7 @@ from tempering.models.lora import adapters
 from tempering.records import Batch
 from tempering.trainer.mesh import MeshShape
 from tempering.trainer.offpolicy import OffPolicyMeter
-from tempering.trainer.pipeline import cut_stage, is_pipeline_copy
+from tempering.trainer.pipeline import cut_stage, is_pipeline_copy, mark_copy, stage_modules
 from tempering.trainer.tensor_parallel import apply_tp
 
 
@@ -74,36 +77,50 @@ class Ranks:
         """Tensor parallel, then `fully_shard` per block and the root (in place; the same module
         comes back). The root of a trained model stays gathered from forward to backward; a
         frozen one's (no backward comes) is freed after its forward. With pipeline stages the
-        model is cut to this rank's (`pipeline.cut_stage`) instead."""
+        model is cut to this rank's (`pipeline.cut_stage`) and, with data parallel, each stage
+        module sharded the same way (its blocks, then it as the root)."""
         if self.shape.pp > 1:
             if adapters(model):
                 raise UserError("trainer.lora_rank > 0 with trainer.parallelize.pp > 1: LoRA adapters are not "
                                 "pipelined yet")
-            return cut_stage(model, self.mesh.get_local_rank("pp"), self.shape.pp, self.shape.stages_per_rank)
+            cut_stage(model, self.mesh.get_local_rank("pp"), self.shape.pp, self.shape.stages_per_rank)
+            if self.shape.dp > 1:  # each stage module an FSDP root, its blocks units of their own
+                copy = model.lm_head is not None and is_pipeline_copy(model.lm_head.weight)
+                for stage in stage_modules(model):
+                    self._fully_shard(stage, stage.blocks, frozen)
+                if copy:  # FSDP's sharded parameter is a new one
+                    mark_copy(model.lm_head.weight)
+            return model
         if self.shape.tp > 1:
             if adapters(model):
                 raise UserError("trainer.lora_rank > 0 with trainer.parallelize.tp > 1: LoRA adapters are not "
                                 "tensor parallel yet")
             apply_tp(model, self.mesh["tp"])
-        if self.shape.dp == 1:
-            return model
+        if self.shape.dp > 1:
+            self._fully_shard(model, model.model.layers, frozen)
+        return model
+
+    def _fully_shard(self, root: nn.Module, blocks: Iterable[nn.Module], frozen: bool) -> None:
+        """`fully_shard` each of `blocks`, then `root` (the rest of its parameters) over the data-parallel
+        dimensions: "dp_shard", or "dp_replicate" x "dp_shard" for HSDP."""
         dims = ("dp_replicate", "dp_shard") if self.shape.dp_replicate > 1 else ("dp_shard",)
         mesh = self.mesh[dims]
-        for block in model.model.layers:
+        for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=self.mp)
-        fully_shard(model, mesh=mesh, mp_policy=self.mp, reshard_after_forward=True if frozen else None)
-        for module in model.modules():
+        # a pipeline stage's root stays gathered after its forward: the loss scores with its head
+        after = True if frozen and self.shape.pp == 1 else None
+        fully_shard(root, mesh=mesh, mp_policy=self.mp, reshard_after_forward=after)
+        for module in root.modules():
             if isinstance(module, FSDPModule):
                 # sum, not mean: the ranks' losses are shares of one loss (weights over the whole batch)
                 module.set_gradient_divide_factor(1.0)
                 # gloo has no PREMUL_SUM, which a divide factor would otherwise use
                 module.set_force_sum_reduction_for_comms(self.mesh.device_type == "cpu")
-        return model
 
     def frozen_copy(self, model: Decoder) -> Decoder:
         """A sharded, frozen copy of sharded `model` (the reference): built on meta, sharded like
-        it, each rank copying only its own shards (a pipeline stage: a copy of the stage)."""
-        if self.shape.pp > 1:
+        it, each rank copying only its own shards (a pipeline stage alone: a copy of the stage)."""
+        if self.shape.pp > 1 and self.shape.dp == 1:
             copy = deepcopy(model).eval()
             for p in copy.parameters():
                 p.requires_grad_(False)
@@ -133,17 +150,24 @@ class Ranks:
             raise UserError("SFT steps (the warm-up) are not pipelined yet: trainer.parallelize.pp must be 1 with "
                             "sft warm-up steps")
 
-    def deal(self, cost: dict[int, int]) -> dict[int, int]:
-        """This data-parallel rank's units (groups, or rows) of `cost` (unit -> tokens through the
-        model): the costliest first, each to the least loaded rank. Every rank holds the same
-        batch, so all deal alike without talking."""
-        world, me = self.shape.dp, self.mesh.get_local_rank("dp") if self.shape.dp > 1 else 0
-        load, owner = [0] * world, {}
+    def shares(self, cost: dict[int, int]) -> list[dict[int, int]]:
+        """Every data-parallel rank's units (groups, or rows) of `cost` (unit -> tokens through the
+        model), in dp rank order: the costliest first, each to the least loaded rank. Every rank
+        holds the same batch, so all deal alike without talking."""
+        load, owner = [0] * self.shape.dp, {}
         for key in sorted(cost, key=lambda k: -cost[k]):
-            rank = min(range(world), key=load.__getitem__)
+            rank = min(range(self.shape.dp), key=load.__getitem__)
             owner[key] = rank
             load[rank] += cost[key]
-        return {key: c for key, c in cost.items() if owner[key] == me}
+        return [{key: c for key, c in cost.items() if owner[key] == d} for d in range(self.shape.dp)]
+
+    def deal(self, cost: dict[int, int]) -> dict[int, int]:
+        """This data-parallel rank's share of `cost` (`shares`)."""
+        return self.shares(cost)[self.dp_rank]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.mesh.get_local_rank("dp") if self.shape.dp > 1 else 0
 
     def padding(self, batch: Batch, micro: list[torch.Tensor]) -> list[torch.Tensor]:
         """Rows for the passes this rank runs at weight 0 so that it runs as many as the busiest

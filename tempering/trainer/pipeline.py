@@ -10,8 +10,11 @@ Megatron does: their gradients are summed between the two (`sync_tied_grads`) be
 optimizer's identical steps, and the last stage's copy is left out of the gradient norm
 (`is_pipeline_copy`). `StageModule` is what a `PipelineStage` runs: the stage's part of the
 body's forward, the model's own blocks and rotary positions (one row per sample, causal
-attention: the shared-prompt layout is not pipelined). The head is not in it: the last stage's
-output is the final hidden states, which the loss function scores (`pipeline_step`).
+attention: the shared-prompt layout is not pipelined). `cut_stage` builds a rank's stage modules
+once (`stage_modules`); with data parallel each is an FSDP root (`parallelize`), which torch's
+runtime schedule gathers, reduces and reshards itself. The head is in the last stage's module
+but not in its forward: the last stage's output is the final hidden states, which the loss
+function scores (`pipeline_step`; `gathered_head` outside a schedule).
 
 `run_schedule` runs micro-batches of equal shape through a 1F1B schedule (a fresh
 `PipelineStage` with static shapes per call: batches' widths differ between calls, and
@@ -21,12 +24,15 @@ measures the idle share of a schedule from its action list (`pipeline_order`).
 
 from __future__ import annotations
 
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B
+from torch.distributed.tensor import DTensor
 from torch.distributed.pipelining.schedules import _Action, _ComputationType
 
 from tempering.errors import UserError
@@ -35,6 +41,7 @@ from tempering.models.decoder import causal_attention
 from tempering.models.rope import cos_sin
 
 _COPY = "_tempering_pipeline_copy"  # marks the last stage's copy of a tied embedding
+_STAGES = "_tempering_stages"  # a cut model's `StageModule`s (a plain attribute: not submodules)
 
 
 def stage_layers(layers: int, stages: int, stage: int) -> range:
@@ -69,8 +76,15 @@ def cut_stage(model: Decoder, rank: int, pp: int, per_rank: int = 1) -> Decoder:
         model.lm_head = None
     elif tied and not first:  # the last stage's own copy, kept equal by `sync_tied_grads`
         model.lm_head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
-        setattr(model.lm_head.weight, _COPY, True)
+        mark_copy(model.lm_head.weight)
+    setattr(model, _STAGES, [StageModule(model, stage_layers(len(body.layers), stages, s), s == 0, s == stages - 1)
+                             for s in mine])
     return model
+
+
+def mark_copy(p: torch.Tensor) -> None:
+    """Mark `p` as the last stage's copy of a tied embedding (again after FSDP replaced it)."""
+    setattr(p, _COPY, True)
 
 
 def is_pipeline_copy(p: torch.Tensor) -> bool:
@@ -78,39 +92,68 @@ def is_pipeline_copy(p: torch.Tensor) -> bool:
     return getattr(p, _COPY, False)
 
 
-def sync_tied_grads(model: Decoder, tied: bool, group: dist.ProcessGroup) -> None:
+def sync_tied_grads(model: Decoder, tied: bool, group: dist.ProcessGroup, dp: tuple[int, int] = (0, 1)) -> None:
     """Sum the tied embedding's gradient over its two copies (first and last stage; the ranks
-    between add zeros), so both take the same optimizer step."""
+    between add zeros), so both take the same optimizer step. Under FSDP each copy's gradient is
+    this rank's rows of it (rank `dp[0]` of `dp[1]`), the same rows in both copies."""
     if not tied:
         return
     body = model.model
     p = body.embed_tokens.weight if body.embed_tokens is not None else model.lm_head.weight if model.lm_head else None
-    if p is None:  # a middle rank
-        shape = (model.arch.vocab_size, model.arch.hidden_size)
+    if p is None:  # a middle rank: its share of FSDP's dim-0 chunks of the embedding
+        rows = list(torch.empty(model.arch.vocab_size, 0).chunk(dp[1]))
+        shape = (rows[dp[0]].shape[0] if dp[0] < len(rows) else 0, model.arch.hidden_size)
         dist.all_reduce(torch.zeros(shape, device=model.inv_freq.device), group=group)
         return
     if p.grad is None:
         p.grad = torch.zeros_like(p)
-    dist.all_reduce(p.grad, group=group)
+    dist.all_reduce(p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad, group=group)
 
 
 class StageModule(nn.Module):
     """One stage's share of the body's forward: token ids (first stage) or hidden states [B, T, H]
-    in, hidden states out (the last stage's after the final norm)."""
+    in, hidden states out (the last stage's after the final norm). Its children are the model's
+    own modules (the stage's blocks; the embedding on the first stage; the norm and the LM head on
+    the last, the head scored outside `forward` by the loss, but here so that a data-parallel
+    stage's FSDP unit holds it)."""
 
     def __init__(self, model: Decoder, layers: range, first: bool, last: bool):
         super().__init__()
-        self.decoder, self.layers, self.first, self.last = model, layers, first, last
+        body = model.model
+        self.embed = body.embed_tokens if first else None
+        self.blocks = nn.ModuleList(body.layers[i] for i in layers)
+        self.norm = body.norm if last else None
+        self.head = model.lm_head if last else None
+        self._decoder = [model]  # for its rotary frequencies (in a list: not a submodule)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        body = self.decoder.model
-        if self.first:
-            x = body.embed_tokens(x)
+        if self.embed is not None:
+            x = self.embed(x)
         positions = torch.arange(x.shape[1], device=x.device).expand(x.shape[:2])
-        cos, sin = cos_sin(self.decoder.inv_freq, positions, x.dtype)
-        for i in self.layers:
-            x = body.layers[i](x, cos, sin, causal_attention)
-        return body.norm(x) if self.last else x
+        cos, sin = cos_sin(self._decoder[0].inv_freq, positions, x.dtype)
+        for block in self.blocks:
+            x = block(x, cos, sin, causal_attention)
+        return self.norm(x) if self.norm is not None else x
+
+
+@contextmanager
+def gathered_head(model: Decoder) -> Iterator[torch.Tensor]:
+    """The last stage's LM head weight, whole, for scoring outside a schedule: under FSDP a
+    schedule reshards each stage after its last micro-batch, so the stage is gathered again."""
+    stage = stage_modules(model)[-1]
+    if not isinstance(stage, FSDPModule):
+        yield model.lm_head.weight
+        return
+    stage.unshard()
+    try:
+        yield model.lm_head.weight
+    finally:
+        stage.reshard()
+
+
+def stage_modules(model: Decoder) -> list[StageModule]:
+    """The stage modules `cut_stage` built for this rank, in `rank_stages` order."""
+    return getattr(model, _STAGES)
 
 
 def run_schedule(model: Decoder, rank: int, pp: int, per_rank: int, group: dist.ProcessGroup, ids: torch.Tensor,
@@ -130,8 +173,7 @@ def run_schedule(model: Decoder, rank: int, pp: int, per_rank: int, group: dist.
     act = torch.empty(rows, width, model.arch.hidden_size, device=device, dtype=dtype,
                       requires_grad=loss_fn is not None)
     pipes = []
-    for s in rank_stages(rank, pp, per_rank):
-        module = StageModule(model, stage_layers(len(model.model.layers), stages, s), s == 0, s == stages - 1)
+    for s, module in zip(rank_stages(rank, pp, per_rank), stage_modules(model), strict=True):
         pipes.append(PipelineStage(module, s, stages, device, input_args=ids[:rows].to(device) if s == 0 else act,
                                    output_args=act, group=group))
     schedule = ScheduleInterleaved1F1B(pipes, microbatches, loss_fn=loss_fn, scale_grads=False)

@@ -19,6 +19,7 @@ import copy
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from tempering.models import Decoder
 from tempering.trainer.parallelize import Ranks
@@ -34,9 +35,11 @@ def holds_copy(model: Decoder) -> bool:
 
 
 def stage_tensors(model: Decoder) -> dict[str, torch.Tensor]:
-    """This stage's tensors by their plain names, on the CPU, a tied head's copy left out."""
+    """This stage's tensors by their plain names, on the CPU, a tied head's copy left out; a stage
+    sharded over data-parallel ranks gathered whole (a collective of those ranks)."""
     copied = holds_copy(model)
-    return {k: v.detach().cpu() for k, v in model.state_dict().items() if not (copied and k == HEAD)}
+    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().cpu()
+            for k, v in model.state_dict().items() if not (copied and k == HEAD)}
 
 
 def full_weights(model: Decoder, ranks: Ranks) -> dict[str, torch.Tensor] | None:

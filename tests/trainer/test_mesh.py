@@ -146,5 +146,5 @@ def test_a_layout_whose_product_is_not_the_ranks_names_the_keys():
         mesh_shape(ParallelizeConfig(tp=4), 6)
     with pytest.raises(ConfigError, match="trainer_ranks"):
         mesh_shape(ParallelizeConfig(tp=2, dp_shard=2), 2)
-    with pytest.raises(ConfigError, match="pp = 2 with tp = 2.*not combined with tensor or data parallel"):
+    with pytest.raises(ConfigError, match="pp = 2 with tp = 2: pipeline parallel is not combined with tensor parallel"):
         mesh_shape(ParallelizeConfig(pp=2, tp=2), 4)
