@@ -19,7 +19,7 @@ class ParallelizeConfig:
     # FSDP2 shards; -1 = the ranks the other sizes leave
     dp_shard: Annotated[int | Literal[-1], Range(ge=1)] = -1
     tp: Annotated[int, Range(ge=1)] = 1  # tensor parallel: heads, MLP columns, vocabulary; sequence-parallel norms
-    # pipeline stages, cut by layer (1F1B over micro-batches); with pp > 1, tp and the dp sizes must be 1
+    # pipeline stages, cut by layer (1F1B over micro-batches), each sharded over the dp sizes; with pp > 1, tp must be 1
     pp: Annotated[int, Range(ge=1)] = 1
     # stages each pipeline rank runs: 1 = 1F1B; more = interleaved 1F1B (looped stages, a smaller
     # bubble, more activation transfers); pp x this must not exceed the model's layers
