@@ -37,6 +37,9 @@ best mean of the two arms (reported under "sweep"). `--quick` is a smoke run of 
 "tempering": {"curve": [[rl_seconds, acc]], "final": {domain: acc}, "samples_per_s"}, "trl": {the
 same}, "seconds_to_trl_final" (the first RL second at which Tempering's curve reaches TRL's final
 mean; null if it never does), "settings", "heldout", "sweep"}; a curves PNG beside it.
+`samples_per_s` counts the samples generated, scored and taken into a step, trained on or not
+(Tempering drops a group whose rewards are all equal; TRL trains on its zero advantages), over
+RL seconds. Each arm's first step holds its one-time start costs.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def setup(args: argparse.Namespace, work: Path) -> Setup:
     q = args.quick
     return Setup(config=args.config, model=cfg.model.path, domains=domains, work=work, lr=args.lr or cfg.trainer.lr,
                  rank=cfg.trainer.lora_rank, alpha=cfg.trainer.lora_alpha,
-                 group=2 if q else cfg.rollout.samples_per_task, prompts_per_step=2 if q else cfg.rollout.tasks_per_step,
+                 group=2 if q else cfg.rollout.samples_per_task, prompts_per_step=1 if q else cfg.rollout.tasks_per_step,
                  max_tokens=16 if q else cfg.rollout.max_tokens, eval_max_tokens=16 if q else cfg.eval.max_tokens,
                  temperature=cfg.rollout.temperature, warmup_steps=cfg.trainer.warmup_steps, threads=args.threads,
                  quick=q)
@@ -159,9 +162,9 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     s = setup(args, work)
     per_domain = 2 if args.quick else args.heldout_per_domain
-    points, budget = (2, 60.0) if args.quick else (args.points, args.budget_s)
-    if args.quick:
-        args.sweep_budget_s, args.sweep_lrs = 30.0, "5e-5,2e-4"
+    points, budget = (2, 30.0) if args.quick else (args.points, args.budget_s)
+    if args.quick:  # one LR: the sweep's path, in minutes
+        args.sweep_budget_s, args.sweep_lrs = 20.0, "2e-4"
     rows = heldout(s.domains, per_domain, args.seed)
     heldout_file = out.with_suffix(".heldout.json")
     heldout_file.write_text(json.dumps(rows, indent=0))

@@ -100,7 +100,9 @@ def tempering_arm(s: Setup, start: str, budget_s: float, name: str) -> dict:
         adapter = run / "checkpoints" / f"step-{r['step']:06d}" / "adapter"
         if adapter.exists():
             saves.append([rl, r["step"], str(adapter)])
-    samples = sum(r.get("samples/trained", 0) for r in rows)
+    # every sample a step took in, trained or dropped (a group whose rewards are all equal
+    # teaches nothing: Tempering drops it, TRL trains on its zero advantages): as TRL counts
+    samples = sum(v for r in rows for k, v in r.items() if k == "samples/trained" or k.startswith("samples/dropped_"))
     return {"saves": saves, "steps": len(rows), "samples": samples, "rl_seconds": rl}
 
 
