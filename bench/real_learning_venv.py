@@ -4,7 +4,9 @@ Made once under the cache (`tempering.cache.folder("bench-trl")/venv-trl-<TRL>`)
 PEFT, transformers and accelerate, torch 2.13.0 (the CPU wheel, as the main venv has it) and
 Tempering's own dependencies read from pyproject.toml; Tempering itself is not installed: the
 TRL worker imports it from this checkout (PYTHONPATH), so its reward calls the same verifiers.
-A `ready` file marks a finished install; a half-made venv is made again.
+A `ready` file marks a finished install; a half-made venv is made again. `torch==2.13.0` comes
+from wherever pip finds it, as for the main venv: this machine's find-links hold the CPU wheel
+(elsewhere, point PIP_INDEX_URL or PIP_FIND_LINKS at a CPU build first).
 """
 
 from __future__ import annotations
