@@ -32,11 +32,13 @@ def inputs(m, vocab, hidden=24, seed=0):
 
 @pytest.mark.parametrize("m, chunk, temperature", [(37, 8, 0.7), (37, 1, 1.0), (64, 16, 1.6), (5, 16, 1.3)])
 @pytest.mark.parametrize("uses", ["logp", "entropy", "both"])
-def test_chunked_values_and_gradients_equal_the_full_log_softmax(m, chunk, temperature, uses):
+@pytest.mark.parametrize("keep", [0, 64 * 50], ids=["recomputed", "kept"])
+def test_chunked_values_and_gradients_equal_the_full_log_softmax(m, chunk, temperature, uses, keep):
     """37 tokens in chunks of 8 (the last one short) or 1; 64 in 16s; 5 tokens under one chunk.
-    The loss weighs the logprobs, the entropy (the entropy bonus) or both."""
+    The loss weighs the logprobs, the entropy (the entropy bonus) or both. The backward
+    recomputes each chunk's logits, or uses the log-probabilities the forward kept."""
     h, w, y, (a, b) = inputs(m, vocab=50)
-    logp, entropy = head_logprobs(h, w, y, temperature, chunk, with_entropy=True)
+    logp, entropy = head_logprobs(h, w, y, temperature, chunk, with_entropy=True, keep=keep)
     h64, w64 = h.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     want_logp, want_entropy = full_oracle(h64, w64, y, temperature)
     torch.testing.assert_close(logp, want_logp.float(), atol=1e-5, rtol=1e-5)
@@ -47,6 +49,39 @@ def test_chunked_values_and_gradients_equal_the_full_log_softmax(m, chunk, tempe
     weigh(want_logp, want_entropy).backward()
     torch.testing.assert_close(h.grad, h64.grad.float(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(w.grad, w64.grad.float(), atol=1e-5, rtol=1e-5)
+
+
+def _backward_logits(keep: int, m: int = 40, chunk: int = 8) -> int:
+    """How many chunk logits ([chunk, H] x [H, V] products) the backward of one call computes."""
+    h, w, y, (a, _) = inputs(m, vocab=50)
+    logp, _ = head_logprobs(h, w, y, 0.7, chunk, keep=keep)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        (logp * a).sum().backward()
+    return sum(e.count for e in prof.key_averages(group_by_input_shape=True)
+               if e.key == "aten::mm" and e.input_shapes[:2] == [[chunk, 24], [24, 50]])
+
+
+def test_kept_log_probabilities_spare_the_backward_the_heads_recompute():
+    """40 tokens in 5 chunks: recomputing, the backward computes each chunk's logits again (one
+    [8, 24] x [24, 50] product a chunk); keeping, never. At the budget it keeps; one element
+    under, it recomputes."""
+    assert _backward_logits(keep=0) == 5
+    assert _backward_logits(keep=40 * 50) == 0
+    assert _backward_logits(keep=40 * 50 - 1) == 5
+
+
+def test_a_second_backward_through_kept_log_probabilities_recomputes_them():
+    """The backward writes over what the forward kept; a retained graph's second backward
+    recomputes and gives the same gradients again."""
+    h, w, y, (a, b) = inputs(37, vocab=50)
+    logp, entropy = head_logprobs(h, w, y, 0.7, 8, with_entropy=True, keep=37 * 50)
+    loss = (logp * a).sum() + (entropy * b).sum()
+    loss.backward(retain_graph=True)
+    first = h.grad.clone(), w.grad.clone()
+    h.grad, w.grad = None, None
+    loss.backward()
+    torch.testing.assert_close(h.grad, first[0], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(w.grad, first[1], atol=1e-6, rtol=1e-6)
 
 
 def test_without_entropy_and_without_gradients():
@@ -127,7 +162,8 @@ def net_peak_bytes(fn, trace_path) -> int:
 def test_peak_memory_stays_flat_as_the_vocabulary_grows(tmp_path):
     """Forward and backward of logprobs and entropy for 300 tokens, hidden 64, chunks of about
     2M logits: beyond the head weight's own gradient ([V, H], which any method holds) the peak
-    is a few chunks at 30k and at 150k alike, and far below one [300, V] fp32 tensor."""
+    is a few chunks at 30k and at 150k alike, and far below one [300, V] fp32 tensor (nothing
+    kept: the forward keeps its log-probabilities only when asked to, by a budget)."""
     m, hidden, elements = 300, 64, 1 << 21
     excess = {}
     for vocab in (30_000, 150_000):
@@ -135,7 +171,7 @@ def test_peak_memory_stays_flat_as_the_vocabulary_grows(tmp_path):
         chunk = elements // vocab
 
         def step():
-            logp, entropy = head_logprobs(h, w, y, 1.3, chunk, with_entropy=True)
+            logp, entropy = head_logprobs(h, w, y, 1.3, chunk, with_entropy=True, keep=0)
             ((logp * a).sum() + (entropy * b).sum()).backward()
 
         peak = net_peak_bytes(step, tmp_path / f"{vocab}.json")
