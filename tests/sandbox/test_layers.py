@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import uuid
 
@@ -94,11 +95,19 @@ def test_a_source_archive_is_found_locally_and_refused_when_none_fits(tmp_path, 
 
 def test_setup_run_beside_a_live_sandbox_leaves_its_layers_working(sandbox, two_layers):
     """scripts/setup.sh run while a sandbox is up (a demo beside the test suite) once replaced
-    the toolchain folder the sandbox had bound, and its jobs with a layer failed to mount it."""
+    the toolchain folder the sandbox had bound, and its jobs with a layer failed to mount it;
+    so it did when the machine had changed since the last build (the suite's apt packages
+    installed after set-up), which the manifest as built then stands for here."""
     mine, _ = two_layers
     with sandbox.open_session(SessionSpec(workdir="/app", layer=mine)) as s:
         assert s.run(("python3", "-c", "import layer_a"), time_limit_s=30).exit_code == 0
+    manifest = default_dir() / MANIFEST
+    earlier = json.loads(manifest.read_text())
+    earlier["commands"].append("a-command-since-removed")
+    (default_dir() / "manifest.earlier").write_text(json.dumps(earlier, indent=1, sort_keys=True))
+    os.replace(default_dir() / "manifest.earlier", manifest)  # whole, for other tests reading it now
     toolchain_build.main([])
+    assert "a-command-since-removed" not in json.loads(manifest.read_text())["commands"]  # refreshed
     with sandbox.open_session(SessionSpec(workdir="/app", layer=mine)) as s:
         r = s.run(("bash", "-c", "python3 -c 'import layer_a' && pytest --version"), time_limit_s=30)
     assert r.exit_code == 0, r

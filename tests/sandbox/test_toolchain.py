@@ -85,6 +85,10 @@ def test_a_built_toolchain_rebuilds_without_the_network(tmp_path):
     inode = dest.stat().st_ino  # built again with nothing changed: the folder itself is kept
     assert toolchain_build.build(dest, "/usr/bin/python3").endswith("unchanged")
     assert dest.stat().st_ino == inode and not (tmp_path / "tc.new").exists()
+    built_manifest = (dest / MANIFEST).read_text()  # the machine changed since (an apt install): a command more
+    (dest / MANIFEST).write_text(json.dumps(json.loads(built_manifest) | {"commands": ["no-such-command-yet"]}))
+    assert toolchain_build.build(dest, "/usr/bin/python3").endswith("manifest refreshed")
+    assert dest.stat().st_ino == inode and (dest / MANIFEST).read_text() == built_manifest
     tc = Toolchain.load(dest)  # (not `locate`: pytest's tmp_path is private, which locate refuses)
     assert "pytest" in tc.python_packages and "pytest" in tc.commands and "bash" in tc.apt_packages
     assert tc.missing(python=["pytest", "no-such-package"], commands=["git", "no-such-command"]) == [

@@ -13,9 +13,12 @@ named on stderr: scripts/setup.sh installs them) and the commands on the sandbox
 Idempotent: pip runs only when the requirements changed, so a built toolchain is rebuilt
 offline (shims and manifest refreshed); without the network and without an earlier build it
 fails, naming why. The new folder is built beside DEST and renamed over it, so a sandbox
-never sees half a toolchain; when it comes out the same as DEST it is dropped and DEST is left
-alone, because a running sandbox binds DEST's folder and a replaced one breaks its new jobs
-(scripts/setup.sh run beside a test suite or a training run).
+never sees half a toolchain; when it comes out the same as DEST but for the manifest (the
+machine's packages and commands changed: an apt install since the last build) only the
+manifest is replaced, and when it is all the same it is dropped: DEST's folder is left in
+place, because a running sandbox binds it and a replaced one breaks its new jobs
+(scripts/setup.sh run beside a test suite or a training run). A change of requirements still
+replaces the folder.
 """
 
 from __future__ import annotations
@@ -83,17 +86,22 @@ def build(dest: Path, guest_python: str) -> str:
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)  # an earlier build, if any, stays as it was
         raise
-    if dest.exists() and _same_tree(new, dest):
+    if dest.exists() and _same_tree(new, dest, but=MANIFEST):
+        if filecmp.cmp(new / MANIFEST, dest / MANIFEST, shallow=False):
+            shutil.rmtree(new)
+            return f"toolchain {dest}: {did}, unchanged"
+        os.replace(new / MANIFEST, dest / MANIFEST)  # one file renamed into the folder a sandbox may bind
         shutil.rmtree(new)
-        return f"toolchain {dest}: {did}, unchanged"
+        return f"toolchain {dest}: {did}, manifest refreshed"
     if dest.exists():
         shutil.rmtree(dest)
     new.rename(dest)
     return f"toolchain {dest}: {did}"
 
 
-def _same_tree(a: Path, b: Path) -> bool:
-    """The same paths under `a` and `b`, each with the same kind, mode, bytes or link target."""
+def _same_tree(a: Path, b: Path, but: str) -> bool:
+    """The same paths under `a` and `b`, each with the same kind, mode, bytes or link target; the
+    file `but` must be in both, whatever it holds."""
     def entries(root: Path) -> dict[str, tuple[int, str]]:
         out = {}
         for path in root.rglob("*"):
@@ -101,8 +109,8 @@ def _same_tree(a: Path, b: Path) -> bool:
             out[str(path.relative_to(root))] = (st.st_mode, os.readlink(path) if path.is_symlink() else "")
         return out
     ea, eb = entries(a), entries(b)
-    return ea == eb and all(filecmp.cmp(a / rel, b / rel, shallow=False) for rel, (mode, link) in ea.items()
-                            if stat.S_ISREG(mode))
+    return but in ea and ea == eb and all(filecmp.cmp(a / rel, b / rel, shallow=False)
+                                          for rel, (mode, link) in ea.items() if stat.S_ISREG(mode) and rel != but)
 
 
 def _fill(new: Path, dest: Path, want: str, version: str, guest_python: str) -> str:
