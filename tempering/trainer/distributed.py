@@ -172,11 +172,6 @@ def read_shards(folder: Path, trainer: Trainer) -> None:
     trainer.scheduler.load_state_dict(meta["scheduler"])
 
 
-def is_sharded(folder: Path) -> bool:
-    """Whether a checkpoint folder holds shards (`write_shards`) rather than `trainer.pt`."""
-    return (folder / "shards.json").is_file()
-
-
 def export_hf(model: Decoder, folder: Path, tokenizer: Tokenizer | None = None, ranks: Ranks | None = None) -> None:
     """The full weights gathered on rank 0 and written as an HF folder (`save_hf`, plus the
     tokenizer when given), as the single-process checkpoint's `model/`; with pipeline stages
